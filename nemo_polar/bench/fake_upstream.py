@@ -1,0 +1,182 @@
+"""A fast fake inference server for proxy benchmarks and fault tests (never for model tests).
+
+It speaks Chat Completions the way vLLM, SGLang or NeMo-RL's server do, token fields included,
+and misbehaves on request: a user message containing `[fault:NAME]` triggers
+  http500 | http400_overflow | reset | timeout | cut | no_token_ids | tool_call | slow
+Tokens are numbered words ("w0 w1 ..."), one per token; `token_delay_s` spaces streamed tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections import deque
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+_FAULT = re.compile(r"\[fault:([a-z0-9_]+)\]")
+
+
+def _fault(body: dict[str, Any]) -> str | None:
+    for m in reversed(body.get("messages") or []):
+        content = m.get("content")
+        text = content if isinstance(content, str) else orjson.dumps(content or "").decode()
+        found = _FAULT.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _prompt_ids(body: dict[str, Any]) -> list[int]:
+    # deterministic stand-in: one id per byte of the rendered messages, folded into a small vocab
+    raw = orjson.dumps(body.get("messages"), option=orjson.OPT_SORT_KEYS)
+    return [b % 251 + 5 for b in raw[:4096]]
+
+
+class FakeUpstream:
+    def __init__(self, engine: str = "vllm", tokens: int = 16, token_delay_s: float = 0.0, keep: int = 256):
+        self.engine = engine
+        self.tokens = tokens
+        self.token_delay_s = token_delay_s
+        self.requests: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.app = web.Application(client_max_size=256 * 2**20)
+        self.app.router.add_post("/v1/chat/completions", self.chat)
+        self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/_requests", self.list_requests)
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        self.runner = web.AppRunner(self.app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def list_requests(self, request: web.Request) -> web.Response:
+        return web.Response(body=orjson.dumps(list(self.requests)), content_type="application/json")
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = orjson.loads(await request.read())
+        self.requests.append(body)
+        fault = _fault(body)
+        if fault == "http500":
+            return web.json_response({"error": {"message": "engine crashed", "type": "InternalServerError"}}, status=500)
+        if fault == "http400_overflow":
+            return web.json_response({"error": {"message": "This model's maximum context length is 32 tokens"}}, status=400)
+        if fault == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response()
+        if fault == "timeout":
+            await asyncio.sleep(3600)
+        if self.engine == "nemo_rl" and (body.get("top_p") is None or body.get("top_k") not in (None, -1)):
+            return web.json_response({"error": {"message": "top_p must be set and top_k unset"}}, status=500)
+        n = min(body.get("max_tokens") or self.tokens, self.tokens)
+        words = [f"w{i}" for i in range(n)]
+        ids = list(range(1000, 1000 + n))
+        logprobs = [-0.25 - i / 100 for i in range(n)]
+        tool = fault == "tool_call" and body.get("tools")
+        if body.get("stream"):
+            return await self._stream(request, body, words, ids, logprobs, fault, tool)
+        message: dict[str, Any] = {"role": "assistant", "content": " ".join(words)}
+        if tool:
+            message = {"role": "assistant", "content": None, "tool_calls": [self._call(body)]}
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "length"}
+        out: dict[str, Any] = {"id": "fake-1", "object": "chat.completion", "created": int(time.time()),
+                               "model": body.get("model"), "choices": [choice],
+                               "usage": {"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": n}}
+        if fault != "no_token_ids":
+            self._token_fields(out, choice, _prompt_ids(body), ids, logprobs)
+        if fault == "slow":
+            await asyncio.sleep(1.0)
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    def _call(self, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["tools"][0]["function"]["name"]
+        return {"id": "call_fake", "type": "function", "function": {"name": name, "arguments": '{"command": "ls"}'}}
+
+    def _token_fields(self, out, choice, prompt, ids, logprobs) -> None:
+        if self.engine == "vllm":
+            out["prompt_token_ids"] = prompt
+            choice["token_ids"] = ids
+            choice["logprobs"] = {"content": [{"token": f"w{i}", "logprob": lp} for i, lp in enumerate(logprobs)]}
+        elif self.engine == "sglang":
+            choice["prompt_token_ids"] = prompt
+            choice["meta_info"] = {"output_token_logprobs": [[lp, t, None] for t, lp in zip(ids, logprobs)]}
+        elif self.engine == "nemo_rl":
+            msg = choice["message"]
+            msg.update(prompt_token_ids=prompt, generation_token_ids=ids, generation_log_probs=logprobs)
+
+    async def _stream(self, request, body, words, ids, logprobs, fault, tool) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        base = {"id": "fake-1", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model")}
+
+        async def send(obj: dict[str, Any]) -> None:
+            await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+
+        first = dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
+        if fault != "no_token_ids":
+            first["prompt_token_ids"] = _prompt_ids(body)
+        await send(first)
+        if tool:
+            call = self._call(body)
+            await send(dict(base, choices=[{"index": 0, "delta": {"tool_calls": [dict(call, index=0)]},
+                                            "token_ids": ids[:1], "logprobs": {"content": [{"logprob": logprobs[0]}]}}]))
+            words, ids, logprobs = [], ids[1:], logprobs[1:]
+        for i, (w, t, lp) in enumerate(zip(words or [""] * len(ids), ids, logprobs)):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            if fault == "cut" and i == len(ids) // 2:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            choice: dict[str, Any] = {"index": 0, "delta": {"content": (" " if i else "") + w} if w else {}}
+            if fault != "no_token_ids":
+                choice["token_ids"] = [t]
+                choice["logprobs"] = {"content": [{"token": w, "logprob": lp}]}
+            await send(dict(base, choices=[choice]))
+        await send(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls" if tool else "length"}]))
+        await send(dict(base, choices=[], usage={"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": len(ids)}))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+
+class FakeUpstreamThread:
+    """The fake upstream on its own thread and event loop."""
+
+    def __init__(self, **kwargs: Any):
+        self.fake = FakeUpstream(**kwargs)
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fake-upstream", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self.url = self._loop.run_until_complete(self.fake.start())
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self.fake.stop())
+
+    def __enter__(self) -> FakeUpstreamThread:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)

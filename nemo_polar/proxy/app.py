@@ -1,0 +1,345 @@
+"""The proxy's HTTP surface: routes, session resolution, the call pipeline, streaming relay.
+
+One call runs as named steps: authenticate -> read body -> parse (dialect) -> build upstream body
+(backend) -> forward -> record -> render (dialect). Anything that fails before forwarding is the
+caller's fault: a 4xx in its dialect, nothing recorded. Anything after is recorded with its status.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from ..chat import ChatRequest, Completion, Delta, ToolCallDelta
+from ..config import ProxyConfig
+from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute
+from ..records import CompletionRecord, Session, UpstreamInfo
+from ..store import SqliteStore
+from .backends import BACKENDS
+from .dialects import DIALECTS, Dialect, guess_dialect
+from .gate import GenerationGate
+from .sessions import Sessions
+from .upstream import Upstream
+
+log = logging.getLogger("nemo_polar.proxy")
+
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_CREDENTIAL_FIELDS = ("api_key", "apiKey", "key", "authorization")
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def error_response(dialect: Dialect, err: PolarError) -> Response:
+    return json_response(dialect.render_error(err), err.status_code)
+
+
+def api_key(request: Request) -> str | None:
+    auth = request.headers.get("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
+
+
+def scrub(body: dict[str, Any], secret: str) -> dict[str, Any]:
+    """The body without credentials: known credential fields dropped, the session key redacted."""
+    clean = {k: v for k, v in body.items() if k not in _CREDENTIAL_FIELDS}
+    raw = orjson.dumps(clean)
+    if secret and secret.encode() in raw:
+        clean = orjson.loads(raw.replace(secret.encode(), b"[redacted]"))
+    return clean
+
+
+@dataclass(slots=True)
+class Call:
+    """One harness call in flight."""
+
+    session: Session
+    dialect: Dialect
+    native: dict[str, Any]
+    request: ChatRequest
+    seq: int
+    started_at: float = field(default_factory=time.time)
+    upstream_body: dict[str, Any] | None = None
+    first_token_at: float | None = None
+
+
+class Proxy:
+    def __init__(self, config: ProxyConfig, store: SqliteStore | None = None):
+        self.config = config
+        self.store = store or SqliteStore(config.store.path)
+        self.sessions = Sessions(self.store)
+        up = config.upstream
+        self.backend = BACKENDS[up.engine](up.url, up.model, up.sampling)
+        self.upstream = Upstream(up.timeout_s, up.connect_timeout_s)
+        self.gate = GenerationGate(config.pause_wait_s)
+        self.info = UpstreamInfo(engine=up.engine, url=up.url, model=up.model, policy_version=up.policy_version)
+        self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        await self.upstream.close()
+
+    def _routes(self) -> list[Route]:
+        routes = [
+            Route("/", self.root, methods=["GET", "HEAD"]),
+            Route("/health", self.root, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/models", self.models, methods=["GET"]),
+            Route("/admin/sessions", self.open_session, methods=["POST"]),
+            Route("/admin/sessions/{session_id}/completions", self.session_completions, methods=["GET"]),
+            Route("/admin/inference/status", self.gate_status, methods=["GET"]),
+            Route("/admin/inference/pause", self.pause, methods=["POST"]),
+            Route("/admin/inference/resume", self.resume, methods=["POST"]),
+        ]
+        for dialect in DIALECTS.values():
+            for path, methods in dialect.routes:
+                routes.append(Route(path, self._handler(dialect), methods=methods))
+        routes.append(Route("/{path:path}", self.unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]))
+        return routes
+
+    # --- the call pipeline --------------------------------------------------------------------
+    def _handler(self, dialect: Dialect):
+        async def handle(request: Request) -> Response:
+            try:
+                call = await self._admit(request, dialect)
+            except PolarError as err:
+                return error_response(dialect, err)
+            try:
+                await self.gate.acquire()
+            except PolarError as err:
+                self._record(call, None, err)
+                return error_response(dialect, err)
+            streaming = False
+            try:
+                call.upstream_body = self.backend.build_body(call.request, self.sessions.splices(call.session.id))
+                if call.request.stream and self.backend.streams:
+                    response = await self._open_relay(call)
+                    streaming = True  # the relay owns the gate slot from here
+                    return response
+                body = await self.upstream.post_json(self.backend.chat_url, call.upstream_body)
+                completion = self.backend.parse_response(body)
+            except PolarError as err:
+                self._record(call, None, err)
+                return error_response(dialect, err)
+            finally:
+                if not streaming:
+                    self.gate.release()
+            self._record(call, completion)
+            if call.request.stream:  # the engine answered whole: play it as this dialect's stream
+                renderer = dialect.stream_renderer(call.request)
+                events = [e for d in replay(completion) for e in renderer.delta(d)] + renderer.finish(completion)
+                return StreamingResponse(_iterate(events), media_type="text/event-stream", headers=_SSE_HEADERS)
+            return json_response(dialect.render_response(completion, call.request))
+
+        return handle
+
+    async def _admit(self, request: Request, dialect: Dialect) -> Call:
+        key = api_key(request)
+        session = self.sessions.by_key(key) if key else None
+        if session is None:
+            raise Unauthorized("unknown or missing API key: use the session key you were given")
+        native = await self._read_json(request)
+        params = dict(request.path_params) | {"path": request.url.path}
+        chat = dialect.parse_request(native, params, dict(request.query_params))
+        cap = self.config.limits.max_tokens
+        if cap is not None:
+            chat.max_tokens = min(chat.max_tokens or cap, cap)
+        return Call(session, dialect, native, chat, self.sessions.next_seq(session.id))
+
+    async def _read_json(self, request: Request) -> Any:
+        limit = self.config.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(f"request body of {declared} bytes is over the {limit}-byte limit")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"request body is over the {limit}-byte limit")
+            chunks.append(chunk)
+        try:
+            return orjson.loads(b"".join(chunks))
+        except orjson.JSONDecodeError as exc:
+            raise RequestInvalid(f"request body is not valid JSON: {exc}") from None
+
+    async def _open_relay(self, call: Call) -> Response:
+        opened = self.upstream.open_stream(self.backend.chat_url, call.upstream_body)
+        chunks = await opened.__aenter__()  # raises here if the upstream refuses: a plain error response
+        relay = Relay(self, call, opened, chunks)
+        return RelayResponse(relay, relay.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+
+    def _record(self, call: Call, completion: Completion | None, err: PolarError | None = None,
+                status: str | None = None, error: str | None = None) -> None:
+        c = completion
+        if c is not None:
+            self.sessions.splices(call.session.id).add(c)
+        self.store.add_record(CompletionRecord(
+            id=uuid.uuid4().hex,
+            session_id=call.session.id,
+            seq=call.seq,
+            started_at=call.started_at,
+            finished_at=time.time(),
+            first_token_at=call.first_token_at,
+            dialect=call.dialect.name,
+            stream=call.request.stream,
+            native_request=scrub(call.native, call.session.api_key),
+            upstream_request=call.upstream_body,
+            prompt_token_ids=c.prompt_token_ids if c else [],
+            completion_token_ids=c.completion_token_ids if c else [],
+            completion_logprobs=c.completion_logprobs if c else [],
+            finish_reason=c.finish_reason if c else None,
+            message=c.message_dict() if c else None,
+            usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens} if c else {},
+            upstream=self.info,
+            status=status or (err.kind if err else "ok"),
+            error=error or (err.message if err else None),
+        ))
+
+    # --- plain routes -------------------------------------------------------------------------
+    async def root(self, request: Request) -> Response:
+        return json_response({"status": "ok", "service": "nemo_polar-proxy", "engine": self.info.engine})
+
+    async def models(self, request: Request) -> Response:
+        model = {"id": self.info.model, "object": "model", "type": "model", "owned_by": "nemo_polar",
+                 "display_name": self.info.model, "created": 0, "created_at": "1970-01-01T00:00:00Z"}
+        return json_response({"object": "list", "data": [model], "has_more": False})
+
+    async def unknown(self, request: Request) -> Response:
+        dialect = guess_dialect(request.url.path, request.headers)
+        return error_response(dialect, UnknownRoute(f"no route for {request.method} {request.url.path}"))
+
+    # --- admin --------------------------------------------------------------------------------
+    def _check_admin(self, request: Request) -> None:
+        token = self.config.control_token
+        if token and request.headers.get("x-polar-control-token") != token:
+            raise Unauthorized("admin routes need the x-polar-control-token header")
+
+    def _admin(handler):  # noqa: N805 - a decorator over the methods below
+        async def wrapped(self: Proxy, request: Request) -> Response:
+            try:
+                self._check_admin(request)
+                return await handler(self, request)
+            except PolarError as err:
+                return json_response({"error": {"message": err.message, "type": err.kind}}, err.status_code)
+
+        return wrapped
+
+    @_admin
+    async def open_session(self, request: Request) -> Response:
+        body = await self._read_json(request) if int(request.headers.get("content-length") or 0) else {}
+        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
+            raise RequestInvalid("body must be a JSON object with an optional 'metadata' object")
+        session = self.sessions.open(metadata=body.get("metadata"))
+        return json_response({"session_id": session.id, "api_key": session.api_key}, 201)
+
+    @_admin
+    async def session_completions(self, request: Request) -> Response:
+        self.store.flush()
+        records = self.store.records(request.path_params["session_id"])
+        return json_response({"data": [r.model_dump() for r in records]})
+
+    @_admin
+    async def gate_status(self, request: Request) -> Response:
+        return json_response(self.gate.status() | {"engine": self.info.engine, "url": self.info.url})
+
+    @_admin
+    async def pause(self, request: Request) -> Response:
+        timeout = float(request.query_params.get("timeout_seconds", 300))
+        if not await self.gate.pause(timeout):
+            return json_response({"error": {"message": "in-flight calls did not drain in time"}} | self.gate.status(), 504)
+        return json_response(self.gate.status())
+
+    @_admin
+    async def resume(self, request: Request) -> Response:
+        self.gate.resume()
+        return json_response(self.gate.status())
+
+
+class Relay:
+    """Relays one upstream stream to the harness as its dialect's events, and records it once."""
+
+    def __init__(self, proxy: Proxy, call: Call, opened, chunks: AsyncIterator[dict[str, Any]]):
+        self.proxy, self.call, self.opened, self.chunks = proxy, call, opened, chunks
+        self.recorded = False
+        self.closed = False
+
+    async def events(self) -> AsyncIterator[bytes]:
+        call, proxy = self.call, self.proxy
+        renderer = call.dialect.stream_renderer(call.request)
+        assembler = proxy.backend.stream_parser()
+        try:
+            async for chunk in self.chunks:
+                for delta in assembler.feed(chunk):
+                    if call.first_token_at is None:
+                        call.first_token_at = time.time()
+                    for event in renderer.delta(delta):
+                        yield event
+            completion = assembler.result()
+            self.recorded = True
+            proxy._record(call, completion)
+            for event in renderer.finish(completion):
+                yield event
+        except PolarError as err:
+            self.recorded = True
+            proxy._record(call, None, err)
+            for event in renderer.error(err):
+                yield event
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Idempotent: runs when the stream ends, fails, or the harness goes away."""
+        if self.closed:
+            return
+        self.closed = True
+        if not self.recorded:
+            self.proxy._record(self.call, None, status="client_disconnected", error="client disconnected mid-stream")
+        try:
+            await self.opened.__aexit__(None, None, None)
+        finally:
+            self.proxy.gate.release()
+
+
+class RelayResponse(StreamingResponse):
+    """A streaming response that closes its relay even if the body was never iterated."""
+
+    def __init__(self, relay: Relay, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.relay = relay
+
+    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.relay.close()
+
+
+def replay(c: Completion) -> list[Delta]:
+    """A whole completion as the deltas a stream would have carried."""
+    deltas = []
+    if c.reasoning:
+        deltas.append(Delta(reasoning=c.reasoning))
+    if c.text:
+        deltas.append(Delta(text=c.text))
+    for i, t in enumerate(c.tool_calls):
+        deltas.append(Delta(tool_call=ToolCallDelta(i, t.id, t.name, t.arguments)))
+    return deltas
+
+
+async def _iterate(events: list[bytes]) -> AsyncIterator[bytes]:
+    for e in events:
+        yield e

@@ -1,0 +1,202 @@
+"""What a backend is: one inference engine's OpenAI Chat Completions endpoint, made token-faithful.
+
+Every engine we support speaks Chat Completions, so the request builder and the stream assembly
+live here; an engine module only adds the fields that make it return token ids and logprobs
+(`training_fields`) and says where they come back (`prompt_ids`, `completion_tokens`).
+An answer without them raises `InvalidUpstream`: an untrainable record is never silent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage
+from ...errors import InvalidUpstream
+from ..splice import SpliceIndex
+
+
+def message_body(m: Message) -> dict[str, Any]:
+    d: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.reasoning:
+        d["reasoning"] = m.reasoning  # vLLM's input field; the template decides whether to render it
+    if m.tool_calls:
+        d["tool_calls"] = [
+            {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
+            for t in m.tool_calls
+        ]
+    if m.tool_call_id is not None:
+        d["tool_call_id"] = m.tool_call_id
+    if m.name is not None and m.role != "tool":
+        d["name"] = m.name
+    return d
+
+
+def tool_choice_body(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if isinstance(choice, dict):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
+class Backend:
+    engine = "openai"
+    streams = True  # False: the engine is always called without streaming
+
+    def __init__(self, url: str, model: str, sampling: dict[str, Any] | None = None):
+        self.url = url.rstrip("/")
+        self.model = model
+        self.sampling = dict(sampling or {})  # pinned sampling fields, override the harness
+
+    @property
+    def chat_url(self) -> str:
+        return self.url + "/v1/chat/completions"
+
+    def build_body(self, req: ChatRequest, splices: SpliceIndex | None = None) -> dict[str, Any]:
+        """The upstream body. `splices` holds the session's earlier turns (used by engines that splice)."""
+        body: dict[str, Any] = {"model": self.model, "messages": self.messages(req, splices)}
+        if req.tools:
+            body["tools"] = [
+                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                for t in req.tools
+            ]
+            if req.tool_choice is not None:
+                body["tool_choice"] = tool_choice_body(req.tool_choice)
+        for key in ("max_tokens", "temperature", "top_p", "top_k", "seed", "presence_penalty", "frequency_penalty"):
+            value = getattr(req, key)
+            if value is not None:
+                body[key] = value
+        if req.stop:
+            body["stop"] = req.stop
+        if req.response_format is not None:
+            body["response_format"] = req.response_format
+        body.update(req.extra)
+        if req.thinking is not None:
+            body.setdefault("chat_template_kwargs", {}).setdefault("enable_thinking", req.thinking)
+        body.update(self.sampling)
+        body["stream"] = req.stream and self.streams
+        if body["stream"]:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.training_fields())
+        return body
+
+    # --- engine hooks -------------------------------------------------------------------------
+    def messages(self, req: ChatRequest, splices: SpliceIndex | None) -> list[dict[str, Any]]:
+        return [message_body(m) for m in req.messages]
+
+    def training_fields(self) -> dict[str, Any]:
+        return {}
+
+    def prompt_ids(self, body: dict[str, Any], choice: dict[str, Any]) -> list[int] | None:
+        return body.get("prompt_token_ids")
+
+    def completion_tokens(self, choice: dict[str, Any]) -> tuple[list[int], list[float]] | None:
+        """(token ids, logprobs) carried by one choice or stream chunk; None when it has none."""
+        ids = choice.get("token_ids")
+        content = (choice.get("logprobs") or {}).get("content")
+        if ids is None or content is None:
+            return None
+        return list(ids), [float(c["logprob"]) for c in content]
+
+    # --- assembly -----------------------------------------------------------------------------
+    def parse_response(self, body: dict[str, Any]) -> Completion:
+        choices = body.get("choices") or []
+        if not choices:
+            raise InvalidUpstream("upstream answer has no choices")
+        parser = StreamAssembler(self)
+        parser.feed_choice(body, choices[0], choices[0].get("message") or {})
+        parser.feed_usage(body.get("usage"))
+        return parser.result()
+
+    def stream_parser(self) -> StreamAssembler:
+        return StreamAssembler(self)
+
+
+class StreamAssembler:
+    """Collects an upstream answer, chunk by chunk (or all at once), into one Completion."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.c = Completion()
+        self.calls: dict[int, ToolCall] = {}
+        self.finish: str | None = None
+        self.tokens_seen = False
+
+    def feed(self, chunk: dict[str, Any]) -> list[Delta]:
+        """One parsed stream chunk -> the deltas to relay."""
+        if "error" in chunk and not chunk.get("choices"):
+            raise InvalidUpstream(f"upstream stream error: {chunk['error']}")
+        self.feed_usage(chunk.get("usage"))
+        choices = chunk.get("choices") or []
+        if not choices:
+            if self.c.prompt_token_ids == [] and chunk.get("prompt_token_ids"):
+                self.c.prompt_token_ids = list(chunk["prompt_token_ids"])
+            return []
+        return self.feed_choice(chunk, choices[0], choices[0].get("delta") or {})
+
+    def feed_choice(self, body: dict[str, Any], choice: dict[str, Any], msg: dict[str, Any]) -> list[Delta]:
+        c = self.c
+        c.id = c.id or body.get("id", "")
+        c.model = c.model or body.get("model", "")
+        if not c.prompt_token_ids:
+            c.prompt_token_ids = list(self.backend.prompt_ids(body, choice) or [])
+        tokens = self.backend.completion_tokens(choice)
+        if tokens is not None:
+            self.tokens_seen = True
+            c.completion_token_ids.extend(tokens[0])
+            c.completion_logprobs.extend(tokens[1])
+        if choice.get("finish_reason"):
+            self.finish = choice["finish_reason"]
+        deltas: list[Delta] = []
+        reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+        if reasoning:
+            c.reasoning = (c.reasoning or "") + reasoning
+            deltas.append(Delta(reasoning=reasoning))
+        if msg.get("content"):
+            c.text += msg["content"]
+            deltas.append(Delta(text=msg["content"]))
+        for i, t in enumerate(msg.get("tool_calls") or []):
+            deltas.append(self._tool_call(t, i))
+        return deltas
+
+    def _tool_call(self, t: dict[str, Any], position: int) -> Delta:
+        index = t.get("index", position)
+        fn = t.get("function") or {}
+        call = self.calls.get(index)
+        if call is None:
+            call = self.calls[index] = ToolCall(t.get("id") or f"call_{index}", fn.get("name") or "", "")
+            self.c.tool_calls.append(call)
+            first = True
+        else:
+            first = False
+            if fn.get("name"):
+                call.name += fn["name"]
+        args = fn.get("arguments") or ""
+        call.arguments += args
+        return Delta(tool_call=ToolCallDelta(
+            index=index, id=call.id if first else None, name=call.name if first else None, arguments=args,
+        ))
+
+    def feed_usage(self, usage: dict[str, Any] | None) -> None:
+        if usage:
+            details = usage.get("prompt_tokens_details") or {}
+            self.c.usage = Usage(
+                prompt_tokens=usage.get("prompt_tokens") or 0,
+                completion_tokens=usage.get("completion_tokens") or 0,
+                cached_tokens=details.get("cached_tokens") or 0,
+            )
+
+    def result(self) -> Completion:
+        c = self.c
+        c.finish_reason = self.finish or "stop"
+        if c.tool_calls and c.finish_reason == "stop":
+            c.finish_reason = "tool_calls"
+        if not c.prompt_token_ids:
+            raise InvalidUpstream(f"{self.backend.engine} answer carries no prompt token ids")
+        if not self.tokens_seen:
+            raise InvalidUpstream(f"{self.backend.engine} answer carries no completion token ids or logprobs")
+        if len(c.completion_token_ids) != len(c.completion_logprobs):
+            raise InvalidUpstream(
+                f"{len(c.completion_token_ids)} completion tokens but {len(c.completion_logprobs)} logprobs"
+            )
+        if not c.usage.prompt_tokens:
+            c.usage = Usage(len(c.prompt_token_ids), len(c.completion_token_ids), c.usage.cached_tokens)
+        return c

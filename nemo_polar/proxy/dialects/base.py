@@ -1,0 +1,76 @@
+"""What a dialect is: the single place one provider API lives.
+
+A dialect parses its request body into the canonical `ChatRequest`, renders a canonical
+`Completion` back as its response body, renders a stream as its exact SSE event sequence (through
+a `StreamRenderer`, pure state in, bytes out), and renders any `PolarError` as its error body.
+Dialect modules import no web framework: the HTTP lives in `proxy/app.py`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from ...chat import ChatRequest, Completion, Delta
+from ...errors import PolarError, RequestInvalid
+
+
+def sse(data: Any, event: str | None = None) -> bytes:
+    """One server-sent event; `data` is JSON-encoded unless it is already bytes."""
+    payload = data if isinstance(data, bytes) else orjson.dumps(data)
+    if event is None:
+        return b"data: " + payload + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
+
+
+def validate(model: type[BaseModel], body: Any) -> Any:
+    """Validate a request body, turning pydantic's report into one readable 400."""
+    if not isinstance(body, dict):
+        raise RequestInvalid("request body must be a JSON object")
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise RequestInvalid(f"invalid request: {problems}") from None
+
+
+class StreamRenderer(ABC):
+    """Turns a streamed turn into one dialect's SSE events. Holds only rendering state."""
+
+    @abstractmethod
+    def delta(self, delta: Delta) -> list[bytes]:
+        """Events for one piece of the turn; the first call also opens the stream."""
+
+    @abstractmethod
+    def finish(self, completion: Completion) -> list[bytes]:
+        """Closing events, once the whole turn (finish reason, usage) is known."""
+
+    @abstractmethod
+    def error(self, err: PolarError) -> list[bytes]:
+        """Events that tell the client the stream failed after it had started."""
+
+
+class Dialect(ABC):
+    name: str
+    # (path, methods); paths use Starlette's syntax
+    routes: list[tuple[str, list[str]]]
+
+    @abstractmethod
+    def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:
+        """Canonical request from this dialect's body; `RequestInvalid` on bad input."""
+
+    @abstractmethod
+    def render_response(self, completion: Completion, request: ChatRequest) -> dict[str, Any]:
+        """This dialect's non-streaming response body."""
+
+    @abstractmethod
+    def stream_renderer(self, request: ChatRequest) -> StreamRenderer: ...
+
+    @abstractmethod
+    def render_error(self, err: PolarError) -> dict[str, Any]:
+        """This dialect's error body (the HTTP status is `err.status_code`)."""

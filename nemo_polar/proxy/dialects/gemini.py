@@ -1,0 +1,27 @@
+"""Gemini dialect: to be written (see base.py for the contract, openai_chat.py for an example)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...chat import ChatRequest, Completion
+from ...errors import PolarError, RequestInvalid
+from .base import Dialect, StreamRenderer
+from .openai_chat import openai_error
+
+
+class Gemini(Dialect):
+    name = "gemini"
+    routes = [("/v1beta/models/{model}:generateContent", ["POST"]), ("/v1beta/models/{model}:streamGenerateContent", ["POST"])]
+
+    def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:
+        raise RequestInvalid("gemini is not implemented yet")
+
+    def render_response(self, completion: Completion, request: ChatRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stream_renderer(self, request: ChatRequest) -> StreamRenderer:
+        raise NotImplementedError
+
+    def render_error(self, err: PolarError) -> dict[str, Any]:
+        return openai_error(err)

@@ -1,0 +1,70 @@
+"""Sessions as the proxy sees them: a key, an arrival counter and the turns it sampled.
+
+Kept in memory for the response path and backed by the store, so a restarted proxy recognises
+every key it handed out and continues each session's numbering and splicing where it stopped.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from typing import Any
+
+from ..chat import Completion, ToolCall, Usage
+from ..records import Session
+from ..store import SqliteStore
+from .splice import SpliceIndex
+
+
+def new_key() -> str:
+    return "sk-polar-" + secrets.token_urlsafe(24)
+
+
+class Sessions:
+    def __init__(self, store: SqliteStore):
+        self.store = store
+        self._by_key: dict[str, Session] = {s.api_key: s for s in store.sessions()}
+        self._seq: dict[str, int] = {}
+        self._splices: dict[str, SpliceIndex] = {}
+
+    def open(self, session_id: str | None = None, metadata: dict[str, Any] | None = None) -> Session:
+        session = Session(
+            id=session_id or uuid.uuid4().hex, api_key=new_key(), created_at=time.time(), metadata=metadata or {}
+        )
+        self.store.add_session(session)
+        self._by_key[session.api_key] = session
+        return session
+
+    def by_key(self, api_key: str) -> Session | None:
+        session = self._by_key.get(api_key)
+        if session is None and api_key.startswith("sk-polar-"):
+            # opened by another process sharing the store (the rollout server)
+            session = self.store.session_by_key(api_key)
+            if session is not None:
+                self._by_key[api_key] = session
+        return session
+
+    def next_seq(self, session_id: str) -> int:
+        seq = self._seq.get(session_id)
+        if seq is None:
+            seq = self.store.max_seq(session_id) + 1
+        self._seq[session_id] = seq + 1
+        return seq
+
+    def splices(self, session_id: str) -> SpliceIndex:
+        index = self._splices.get(session_id)
+        if index is None:
+            index = self._splices[session_id] = SpliceIndex()
+            for r in self.store.records(session_id):
+                if r.trainable and r.message is not None:
+                    index.add(_completion(r.message, r.prompt_token_ids, r.completion_token_ids, r.completion_logprobs))
+        return index
+
+
+def _completion(message: dict[str, Any], prompt: list[int], ids: list[int], logprobs: list[float]) -> Completion:
+    calls = [ToolCall(t["id"], t["name"], t["arguments"]) for t in message.get("tool_calls") or []]
+    return Completion(
+        text=message.get("content") or "", tool_calls=calls, prompt_token_ids=prompt,
+        completion_token_ids=ids, completion_logprobs=logprobs, usage=Usage(),
+    )

@@ -1,0 +1,103 @@
+"""The HTTP client to the inference server, and the one place its failures become our errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..errors import ContextOverflow, InvalidUpstream, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+
+_OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_model_len", "exceeds the model")
+
+
+def upstream_error(status: int, text: str) -> UpstreamError:
+    """Map an upstream error answer to the most specific error, keeping its message."""
+    try:
+        data = orjson.loads(text)
+        err = data.get("error", data) if isinstance(data, dict) else data
+        message = err.get("message") or err.get("detail") or text if isinstance(err, dict) else str(err)
+    except (orjson.JSONDecodeError, AttributeError):
+        message = text
+    message = str(message)[:2000] or f"HTTP {status}"
+    if status == 400 and any(h in message.lower() for h in _OVERFLOW_HINTS):
+        return ContextOverflow(message)
+    if 400 <= status < 500:
+        return UpstreamError(f"upstream rejected the request: {message}", status_code=status)
+    return UpstreamError(f"upstream failed with HTTP {status}: {message}")
+
+
+class Upstream:
+    def __init__(self, timeout_s: float, connect_timeout_s: float, max_connections: int = 0):
+        self.timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
+        self.max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self.timeout, json_serialize=lambda o: orjson.dumps(o).decode(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def post_json(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with self._errors():
+            async with self.session.post(url, data=orjson.dumps(body), headers=_JSON) as resp:
+                text = await resp.read()
+                if resp.status >= 400:
+                    raise upstream_error(resp.status, text.decode(errors="replace"))
+                try:
+                    return orjson.loads(text)
+                except orjson.JSONDecodeError:
+                    raise InvalidUpstream(f"upstream answered with invalid JSON: {text[:200]!r}") from None
+
+    @asynccontextmanager
+    async def open_stream(self, url: str, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """Open a streaming call; raises before yielding if the upstream refuses it."""
+        async with self._errors():
+            async with self.session.post(url, data=orjson.dumps(body), headers=_JSON) as resp:
+                if resp.status >= 400:
+                    raise upstream_error(resp.status, (await resp.read()).decode(errors="replace"))
+                yield self._events(resp)
+
+    async def _events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+        async with self._errors():
+            done = False
+            async for line in resp.content:
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    done = True
+                    break
+                try:
+                    yield orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    raise InvalidUpstream(f"upstream sent an invalid stream chunk: {payload[:200]!r}") from None
+            if not done:
+                raise UpstreamUnreachable("upstream closed the stream before it was complete")
+
+    @asynccontextmanager
+    async def _errors(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise UpstreamTimeout(f"upstream did not answer in time ({exc.__class__.__name__})") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise UpstreamUnreachable(f"upstream broke off its answer: {exc}") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnreachable(f"upstream unreachable: {exc.__class__.__name__}: {exc}") from exc
+
+
+_JSON = {"Content-Type": "application/json"}

@@ -1,0 +1,44 @@
+"""Shared fixtures: a fake upstream (proxy-only tests) and a real proxy server in front of it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from nemo_polar.bench.fake_upstream import FakeUpstreamThread
+from nemo_polar.config import ProxyConfig
+from nemo_polar.proxy.serve import ProxyThread
+
+
+@pytest.fixture
+def fake_upstream() -> Iterator[FakeUpstreamThread]:
+    with FakeUpstreamThread() as up:
+        yield up
+
+
+def make_proxy(upstream_url: str, tmp_path: Path, **overrides) -> ProxyThread:
+    upstream = {"url": upstream_url, "timeout_s": 5.0} | overrides.pop("upstream", {})
+    cfg = ProxyConfig.model_validate(
+        {"port": 0, "store": {"path": str(tmp_path / "records.sqlite")}, "upstream": upstream} | overrides
+    )
+    return ProxyThread(cfg)
+
+
+@pytest.fixture
+def proxy(fake_upstream, tmp_path) -> Iterator[ProxyThread]:
+    with make_proxy(fake_upstream.url, tmp_path) as p:
+        yield p
+
+
+@pytest.fixture
+def session(proxy) -> dict:
+    s = proxy.proxy.sessions.open()
+    return {"session_id": s.id, "api_key": s.api_key}
+
+
+def records(proxy: ProxyThread, session_id: str):
+    proxy.proxy.store.flush()
+    return proxy.proxy.store.records(session_id)
