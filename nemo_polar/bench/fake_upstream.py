@@ -102,6 +102,8 @@ class FakeUpstream:
             self._token_fields(out, choice, _prompt_ids(body), ids, logprobs)
         if fault == "slow":
             await asyncio.sleep(1.0)
+        elif self.token_delay_s:
+            await asyncio.sleep(self.token_delay_s * n)  # a whole answer takes as long as its tokens
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -180,3 +182,20 @@ class FakeUpstreamThread:
     def __exit__(self, *exc: object) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+def main() -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description="fake inference server (proxy benchmarks and fault tests)")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--engine", default="vllm")
+    p.add_argument("--tokens", type=int, default=16)
+    p.add_argument("--token-delay-ms", type=float, default=0.0)
+    a = p.parse_args()
+    fake = FakeUpstream(engine=a.engine, tokens=a.tokens, token_delay_s=a.token_delay_ms / 1000)
+    web.run_app(fake.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()

