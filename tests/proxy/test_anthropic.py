@@ -84,7 +84,6 @@ def test_tool_use_round_trip(proxy, session, stream):
     ]
     again = c.messages.create(model="m", max_tokens=2, tools=[BASH], messages=follow)
     assert again.stop_reason == "tool_use"  # the fake engine keeps calling while its marker is in history
-    print([(r.seq, r.status, r.error, r.stream) for r in records(proxy, session["session_id"])])
     first, second = records(proxy, session["session_id"])
     assert first.message["tool_calls"][0]["name"] == "bash"
     sent = second.upstream_request["messages"]
@@ -193,12 +192,13 @@ def test_claude_code_request_is_accepted_and_translated(proxy, session):
     body.pop("stream")
     betas = ["claude-code-20250219", "interleaved-thinking-2025-05-14", "context-management-2025-06-27",
              "mid-conversation-system-2026-04-07"]
-    with client(proxy, session).beta.messages.stream(**body, betas=betas) as st:
+    with client(proxy, session).beta.messages.stream(**body, betas=betas, extra_query={"beta": "true"}) as st:
         out = st.get_final_message()
     assert out.content[0].text.startswith("w0")
     (rec,) = records(proxy, session["session_id"])
     assert rec.status == "ok" and rec.stream
     assert rec.native_request["system"][0]["text"].startswith("x-anthropic-billing-header:")  # kept as sent
+    assert rec.native_request["messages"][3]["role"] == "system" and rec.native_request["context_management"]
     up = rec.upstream_request
     assert [m["role"] for m in up["messages"]] == ["system", "user", "assistant", "tool", "system", "user"]
     system, user, assistant, tool, mid, last = up["messages"]
@@ -222,7 +222,6 @@ def test_billing_header_does_not_change_the_prompt_across_turns(proxy, session):
         system = [{"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.197; cch={cch};"},
                   {"type": "text", "text": "You are Claude Code."}]
         c.messages.create(model="m", max_tokens=2, system=system, messages=[{"role": "user", "content": "hi"}])
-    print([(r.seq, r.status, r.error, r.stream) for r in records(proxy, session["session_id"])])
     first, second = records(proxy, session["session_id"])
     assert first.upstream_request["messages"] == second.upstream_request["messages"]
     assert first.prompt_token_ids == second.prompt_token_ids
@@ -238,6 +237,15 @@ def test_pi_request_without_beta_streams(proxy, session):
     assert final.content[0].text.startswith("w0 w1")
     (rec,) = records(proxy, session["session_id"])
     assert rec.upstream_request["messages"][0] == {"role": "system", "content": "You are pi."}
+
+
+def test_trailing_assistant_message_is_continued(proxy, session):
+    client(proxy, session).messages.create(model="m", max_tokens=2, messages=[
+        {"role": "user", "content": "count"}, {"role": "assistant", "content": "w0"}])
+    (rec,) = records(proxy, session["session_id"])
+    up = rec.upstream_request
+    assert up["continue_final_message"] is True and up["add_generation_prompt"] is False
+    assert up["messages"][-1] == {"role": "assistant", "content": "w0"}
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -295,11 +303,11 @@ def test_context_overflow_reads_as_prompt_too_long(proxy, session):
 
 def test_stream_cut_midway_is_an_error_event_and_a_failed_record(proxy, session):
     texts = []
-    with pytest.raises(anthropic.APIStatusError) as exc:
-        with client(proxy, session).messages.stream(
-            model="m", max_tokens=10, messages=[{"role": "user", "content": "[fault:cut]"}],
-        ) as s:
-            texts.extend(s.text_stream)
+    c = client(proxy, session)
+    with pytest.raises(anthropic.APIStatusError) as exc, c.messages.stream(
+        model="m", max_tokens=10, messages=[{"role": "user", "content": "[fault:cut]"}],
+    ) as s:
+        texts.extend(s.text_stream)
     assert texts  # the first tokens did arrive live, before the cut
     assert exc.value.body["type"] == "error" and exc.value.body["error"]["type"] == "api_error"
     (rec,) = records(proxy, session["session_id"])
@@ -370,10 +378,10 @@ def test_empty_output_still_has_a_text_block(stream):
     if stream:
         r = d.stream_renderer(req)
         final = _final(_events(r.finish(empty)))
-        content = [b.model_dump() for b in final.content]
+        content = [{"type": b.type, "text": b.text} for b in final.content]
     else:
         content = d.render_response(empty, req)["content"]
-    assert content == [{"type": "text", "text": "", "citations": None}] or content == [{"type": "text", "text": ""}]
+    assert content == [{"type": "text", "text": ""}]
 
 
 @pytest.mark.parametrize(("err", "status", "etype"), [
@@ -389,14 +397,15 @@ def test_error_types_follow_the_status(err, status, etype):
     assert Anthropic().render_error(err) == {"type": "error", "error": {"type": etype, "message": err.message}}
 
 
+_LIMIT = "This model's maximum context length is 32768 tokens. However, you requested "
+
+
 @pytest.mark.parametrize(("upstream", "expected"), [
-    ("This model's maximum context length is 32768 tokens. However, you requested 100 output tokens and your "
-     "prompt contains at least 40000 input tokens, for a total of at least 40100 tokens.",
+    (_LIMIT + "100 output tokens and your prompt contains at least 40000 input tokens, for a total of at least 40100.",
      "prompt is too long: 40000 tokens > 32768 maximum"),
-    ("This model's maximum context length is 32768 tokens. However, you requested 32000 output tokens and your "
-     "prompt contains at least 1000 input tokens, for a total of at least 33000 tokens.",
-     "input length and `max_tokens` exceed context limit: 1000 + 32000 > 32768, "
-     "decrease input length or `max_tokens` and try again"),
+    (_LIMIT + "32000 output tokens and your prompt contains at least 1000 input tokens, for a total of at least 33000.",
+     ("input length and `max_tokens` exceed context limit: 1000 + 32000 > 32768, "
+      "decrease input length or `max_tokens` and try again")),
     ("context too long", "prompt is too long: context too long"),
 ])
 def test_context_overflow_messages_are_the_ones_claude_code_parses(upstream, expected):

@@ -106,7 +106,7 @@ def test_tool_calls_round_trip(proxy, session, stream):
     result = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
         id=calls[0].id, name="bash", response={"output": "a.py\nb.py"}))])
     again = c.models.generate_content(model="m", contents=[prompt, model_turn, result], config=config)
-    assert again.text
+    assert again.candidates[0].content.parts  # accepted and answered
     first, follow = records(proxy, session["session_id"])
     assert (first.seq, follow.seq) == (0, 1)
     assistant, tool = follow.upstream_request["messages"][1:]
@@ -174,7 +174,8 @@ def test_same_history_gives_the_same_canonical_request():
     body["contents"][1]["parts"].append({"functionCall": {"name": "run_shell_command", "args": {"command": "pwd"}}})
     body["contents"][2]["parts"] = [
         {"functionResponse": {"name": "run_shell_command", "response": {"output": "a.py"}}},
-        {"functionResponse": {"name": "run_shell_command", "response": {"error": "denied"}}},
+        {"functionResponse": {"name": "run_shell_command", "response": {"error": "denied"},
+                              "parts": [{"inlineData": {"mimeType": "image/png", "data": "iVBO"}}]}},
         {"text": "and then?"},
     ]
     params = {"model": "g", "path": "/v1beta/models/g:generateContent"}
@@ -184,7 +185,9 @@ def test_same_history_gives_the_same_canonical_request():
     assert [t.id for t in assistant.tool_calls] == ["call_1_0", "call_1_1"]
     assert (out1.tool_call_id, out1.content) == ("call_1_0", "a.py")
     assert (out2.tool_call_id, out2.content) == ("call_1_1", '{"error": "denied"}')
-    assert (extra.role, extra.content) == ("user", "and then?")  # text after the results, never between
+    # the turn's other parts (an image a tool returned, text) follow the results, never come between
+    assert extra.role == "user" and extra.content == [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}, {"type": "text", "text": "and then?"}]
 
 
 def test_thinking_round_trip():
@@ -238,6 +241,10 @@ def test_unknown_key_is_401_in_google_shape_and_not_recorded(proxy, session):
     ("/v1beta/models/m:generateContent", {"contents": [{"parts": [{"text": "x"}]}],
                                           "generationConfig": {"candidateCount": 2}}, "candidateCount"),
     ("/v1beta/models/m:streamGenerateContent", {"contents": [{"parts": [{"text": "x"}]}]}, "alt=sse"),
+    ("/v1beta/models/m:generateContent", {"contents": [{"parts": [
+        {"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}}]}]}, "only images"),
+    ("/v1beta/models/m:generateContent", {"contents": [{"parts": [{"text": "x"}]}],
+                                          "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}}, "mode"),
 ])
 def test_malformed_input_is_400_invalid_argument(proxy, session, path, body, needle):
     status, _, text = http("POST", f"{proxy.url}{path}?key={session['api_key']}", body)  # a key in the query works too
@@ -275,3 +282,27 @@ def test_error_statuses_use_google_names():
     assert g.render_error(UpstreamError("rate", status_code=429))["error"]["status"] == "RESOURCE_EXHAUSTED"
     assert g.render_error(UpstreamError("bad gateway"))["error"] == {"code": 502, "message": "bad gateway",
                                                                      "status": "INTERNAL"}
+
+
+def test_generation_and_tool_config_map_to_the_canonical_request():
+    decls = [{"name": n, "parameters": {"type": "OBJECT"}} for n in ("a", "b", "c")]
+    body = {
+        "contents": [{"parts": [{"text": "x"}]}],
+        "tools": [{"functionDeclarations": decls}, {"codeExecution": {}}],
+        "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["a", "c"]}},
+        "generation_config": {  # snake_case, as Google's own curl examples write it
+            "stop_sequences": ["END"], "seed": 7, "presencePenalty": 0.5, "frequencyPenalty": 0.25,
+            "responseMimeType": "application/json",
+            "responseSchema": {"type": "OBJECT", "properties": {"n": {"type": "INTEGER"}}}},
+    }
+    params = {"model": "g", "path": "/v1beta/models/g:generateContent"}
+    req = Gemini().parse_request(body, params, {})
+    assert [t.name for t in req.tools] == ["a", "c"] and req.tool_choice == "required"
+    assert req.tools[0].parameters == {"type": "object"}
+    assert (req.stop, req.seed, req.presence_penalty, req.frequency_penalty) == (["END"], 7, 0.5, 0.25)
+    assert req.response_format == {"type": "json_schema", "json_schema": {"name": "response", "schema": {
+        "type": "object", "properties": {"n": {"type": "integer"}}}}}
+    one = body | {"toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["b"]}}}
+    assert Gemini().parse_request(one, params, {}).tool_choice == {"name": "b"}
+    off = body | {"toolConfig": {"functionCallingConfig": {"mode": "NONE"}}}
+    assert Gemini().parse_request(off, params, {}).tool_choice == "none"

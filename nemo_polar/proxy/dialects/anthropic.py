@@ -16,6 +16,7 @@ Request -> canonical:
   `tool_use` -> tool calls (arguments = compact JSON of `input`), `thinking` -> reasoning (the
   signature is ours or the harness's to keep; it is never verified), `redacted_thinking` dropped.
 - Server tools (no `input_schema`) are dropped: the policy can only call tools the harness runs.
+- A trailing assistant message is a prefill: the engine is asked to continue it.
 
 Canonical -> response: thinking block (signature "polar:" + base64 of the reasoning's SHA-256),
 text block, tool_use blocks. Tool arguments that are not a JSON object cannot be an `input`; they
@@ -23,7 +24,11 @@ are wrapped as `{"_polar_raw_arguments": "<text>"}` so the harness's schema chec
 (the model learns from the tool error) and, when the call comes back in history, the wrapper is
 unwrapped to the exact text the model sampled. In a stream, arguments are relayed token by token
 once they start with `{` (what engines' tool parsers emit); any other start is held and sent
-wrapped when the block closes, so the client's incremental JSON parser never sees garbage.
+wrapped when the block closes, so the client's incremental JSON parser never sees garbage (an
+object cut short by max_tokens still goes out as sampled: SDKs parse partial JSON leniently).
+
+Errors: `{type: "error", error: {type, message}}`, the type following the HTTP status as Anthropic's
+does; a context overflow is worded the way Claude Code recognises (and acts on) it.
 """
 
 from __future__ import annotations
@@ -236,6 +241,9 @@ class Anthropic(Dialect):
         extra: dict[str, Any] = {}
         if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:
             extra["parallel_tool_calls"] = False
+        if messages[-1].role == "assistant" and not messages[-1].tool_calls:
+            # a trailing assistant message is a prefill the answer continues (vLLM's and SGLang's flags)
+            extra |= {"continue_final_message": True, "add_generation_prompt": False}
         return ChatRequest(
             model=req.model,
             messages=messages,

@@ -1,0 +1,15 @@
+"""Harness adapters by name."""
+
+from .base import Endpoint, Harness, Launch
+from .claude_code import ClaudeCode
+from .codex import Codex
+from .gemini_cli import GeminiCli
+from .mini_swe_agent import MiniSweAgent
+from .pi import Pi
+from .qwen_code import QwenCode
+
+HARNESSES: dict[str, type[Harness]] = {
+    h.name: h for h in (Codex, ClaudeCode, QwenCode, GeminiCli, Pi, MiniSweAgent)
+}
+
+__all__ = ["HARNESSES", "Endpoint", "Harness", "Launch"]

