@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread

@@ -16,12 +16,15 @@ def test_overrides_reach_the_typed_config():
     assert cfg.port == 9000 and cfg.upstream.engine == "nemo_rl" and cfg.upstream.sampling == {"top_p": 0.9}
 
 
-@pytest.mark.parametrize("override,key", [
-    ("upstream.engin=vllm", "upstream.engin"),
-    ("upstream.engine=tgi", "upstream.engine"),
-    ("limits.max_tokens=-3", "limits.max_tokens"),
-    ("port=http", "port"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("upstream.engin=vllm", "upstream.engin"),
+        ("upstream.engine=tgi", "upstream.engine"),
+        ("limits.max_tokens=-3", "limits.max_tokens"),
+        ("port=http", "port"),
+    ],
+)
 def test_a_wrong_key_or_value_fails_with_its_name(override, key):
     with pytest.raises(ConfigError) as exc:
         load(ProxyConfig, "proxy", [override])
@@ -29,6 +32,10 @@ def test_a_wrong_key_or_value_fails_with_its_name(override, key):
 
 
 def test_polar_proxy_refuses_a_typo_at_start():
-    proc = subprocess.run([sys.executable, "-m", "nemo_polar.cli", "proxy", "upstream.urll=http://x"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "proxy", "upstream.urll=http://x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "upstream.urll" in proc.stderr

@@ -51,7 +51,7 @@ class FakeUpstream:
         self.port = 0
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        self.runner = web.AppRunner(self.app, access_log=None)
+        self.runner = web.AppRunner(self.app, access_log=None, shutdown_timeout=0.5)
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port)
         await site.start()
@@ -73,9 +73,13 @@ class FakeUpstream:
         self.requests.append(body)
         fault = _fault(body)
         if fault == "http500":
-            return web.json_response({"error": {"message": "engine crashed", "type": "InternalServerError"}}, status=500)
+            return web.json_response(
+                {"error": {"message": "engine crashed", "type": "InternalServerError"}}, status=500
+            )
         if fault == "http400_overflow":
-            return web.json_response({"error": {"message": "This model's maximum context length is 32 tokens"}}, status=400)
+            return web.json_response(
+                {"error": {"message": "This model's maximum context length is 32 tokens"}}, status=400
+            )
         if fault == "reset":
             assert request.transport is not None
             request.transport.abort()
@@ -95,9 +99,14 @@ class FakeUpstream:
         if tool:
             message = {"role": "assistant", "content": None, "tool_calls": [self._call(body)]}
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "length"}
-        out: dict[str, Any] = {"id": "fake-1", "object": "chat.completion", "created": int(time.time()),
-                               "model": body.get("model"), "choices": [choice],
-                               "usage": {"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": n}}
+        out: dict[str, Any] = {
+            "id": "fake-1",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": n},
+        }
         if fault != "no_token_ids":
             self._token_fields(out, choice, _prompt_ids(body), ids, logprobs)
         if fault == "slow":
@@ -117,7 +126,8 @@ class FakeUpstream:
             choice["logprobs"] = {"content": [{"token": f"w{i}", "logprob": lp} for i, lp in enumerate(logprobs)]}
         elif self.engine == "sglang":
             choice["prompt_token_ids"] = prompt
-            choice["meta_info"] = {"output_token_logprobs": [[lp, t, None] for t, lp in zip(ids, logprobs)]}
+            triples = [[lp, t, None] for t, lp in zip(ids, logprobs, strict=True)]
+            choice["meta_info"] = {"output_token_logprobs": triples}
         elif self.engine == "nemo_rl":
             msg = choice["message"]
             msg.update(prompt_token_ids=prompt, generation_token_ids=ids, generation_log_probs=logprobs)
@@ -125,7 +135,12 @@ class FakeUpstream:
     async def _stream(self, request, body, words, ids, logprobs, fault, tool) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        base = {"id": "fake-1", "object": "chat.completion.chunk", "created": int(time.time()), "model": body.get("model")}
+        base = {
+            "id": "fake-1",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model"),
+        }
 
         async def send(obj: dict[str, Any]) -> None:
             await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
@@ -136,10 +151,21 @@ class FakeUpstream:
         await send(first)
         if tool:
             call = self._call(body)
-            await send(dict(base, choices=[{"index": 0, "delta": {"tool_calls": [dict(call, index=0)]},
-                                            "token_ids": ids[:1], "logprobs": {"content": [{"logprob": logprobs[0]}]}}]))
+            await send(
+                dict(
+                    base,
+                    choices=[
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [dict(call, index=0)]},
+                            "token_ids": ids[:1],
+                            "logprobs": {"content": [{"logprob": logprobs[0]}]},
+                        }
+                    ],
+                )
+            )
             words, ids, logprobs = [], ids[1:], logprobs[1:]
-        for i, (w, t, lp) in enumerate(zip(words or [""] * len(ids), ids, logprobs)):
+        for i, (w, t, lp) in enumerate(zip(words or [""] * len(ids), ids, logprobs, strict=True)):
             if self.token_delay_s:
                 await asyncio.sleep(self.token_delay_s)
             if fault == "cut" and i == len(ids) // 2:
@@ -151,8 +177,12 @@ class FakeUpstream:
                 choice["token_ids"] = [t]
                 choice["logprobs"] = {"content": [{"token": w, "logprob": lp}]}
             await send(dict(base, choices=[choice]))
-        await send(dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls" if tool else "length"}]))
-        await send(dict(base, choices=[], usage={"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": len(ids)}))
+        await send(
+            dict(base, choices=[{"index": 0, "delta": {}, "finish_reason": "tool_calls" if tool else "length"}])
+        )
+        await send(
+            dict(base, choices=[], usage={"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": len(ids)})
+        )
         await resp.write(b"data: [DONE]\n\n")
         return resp
 
@@ -172,7 +202,6 @@ class FakeUpstreamThread:
         self.url = self._loop.run_until_complete(self.fake.start())
         self._ready.set()
         self._loop.run_forever()
-        self._loop.run_until_complete(self.fake.stop())
 
     def __enter__(self) -> FakeUpstreamThread:
         self._thread.start()
@@ -180,6 +209,8 @@ class FakeUpstreamThread:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # close connections and cancel handlers (a "timeout" fault sleeps) before the loop stops
+        asyncio.run_coroutine_threadsafe(self.fake.stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
 

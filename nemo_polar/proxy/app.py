@@ -179,41 +179,58 @@ class Proxy:
         relay = Relay(self, call, opened, chunks)
         return RelayResponse(relay, relay.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
-    def _record(self, call: Call, completion: Completion | None, err: PolarError | None = None,
-                status: str | None = None, error: str | None = None) -> None:
+    def _record(
+        self,
+        call: Call,
+        completion: Completion | None,
+        err: PolarError | None = None,
+        status: str | None = None,
+        error: str | None = None,
+    ) -> None:
         c = completion
         if c is not None:
             self.sessions.splices(call.session.id).add(c)
         # built from our own values: validation would only cost time on the response path
-        self.store.add_record(CompletionRecord.model_construct(
-            id=uuid.uuid4().hex,
-            session_id=call.session.id,
-            seq=call.seq,
-            started_at=call.started_at,
-            finished_at=time.time(),
-            first_token_at=call.first_token_at,
-            dialect=call.dialect.name,
-            stream=call.request.stream,
-            native_request=scrub(call.native, call.raw, call.session.api_key),
-            upstream_request=call.upstream_body,
-            prompt_token_ids=c.prompt_token_ids if c else [],
-            completion_token_ids=c.completion_token_ids if c else [],
-            completion_logprobs=c.completion_logprobs if c else [],
-            finish_reason=c.finish_reason if c else None,
-            message=c.message_dict() if c else None,
-            usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens} if c else {},
-            upstream=self.info,
-            status=status or (err.kind if err else "ok"),
-            error=error or (err.message if err else None),
-        ))
+        self.store.add_record(
+            CompletionRecord.model_construct(
+                id=uuid.uuid4().hex,
+                session_id=call.session.id,
+                seq=call.seq,
+                started_at=call.started_at,
+                finished_at=time.time(),
+                first_token_at=call.first_token_at,
+                dialect=call.dialect.name,
+                stream=call.request.stream,
+                native_request=scrub(call.native, call.raw, call.session.api_key),
+                upstream_request=call.upstream_body,
+                prompt_token_ids=c.prompt_token_ids if c else [],
+                completion_token_ids=c.completion_token_ids if c else [],
+                completion_logprobs=c.completion_logprobs if c else [],
+                finish_reason=c.finish_reason if c else None,
+                message=c.message_dict() if c else None,
+                usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
+                if c
+                else {},
+                upstream=self.info,
+                status=status or (err.kind if err else "ok"),
+                error=error or (err.message if err else None),
+            )
+        )
 
     # --- plain routes -------------------------------------------------------------------------
     async def root(self, request: Request) -> Response:
         return json_response({"status": "ok", "service": "nemo_polar-proxy", "engine": self.info.engine})
 
     async def models(self, request: Request) -> Response:
-        model = {"id": self.info.model, "object": "model", "type": "model", "owned_by": "nemo_polar",
-                 "display_name": self.info.model, "created": 0, "created_at": "1970-01-01T00:00:00Z"}
+        model = {
+            "id": self.info.model,
+            "object": "model",
+            "type": "model",
+            "owned_by": "nemo_polar",
+            "display_name": self.info.model,
+            "created": 0,
+            "created_at": "1970-01-01T00:00:00Z",
+        }
         return json_response({"object": "list", "data": [model], "has_more": False})
 
     async def unknown(self, request: Request) -> Response:
@@ -259,7 +276,9 @@ class Proxy:
     async def pause(self, request: Request) -> Response:
         timeout = float(request.query_params.get("timeout_seconds", 300))
         if not await self.gate.pause(timeout):
-            return json_response({"error": {"message": "in-flight calls did not drain in time"}} | self.gate.status(), 504)
+            return json_response(
+                {"error": {"message": "in-flight calls did not drain in time"}} | self.gate.status(), 504
+            )
         return json_response(self.gate.status())
 
     @_admin

@@ -26,7 +26,7 @@ class GenerationGate:
         if not self._open.is_set():
             try:
                 await asyncio.wait_for(self._open.wait(), self.wait_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise Paused(f"generation paused for more than {self.wait_s:.0f}s") from None
         self.inflight += 1
         self._drained.clear()
@@ -50,7 +50,7 @@ class GenerationGate:
         try:
             await asyncio.wait_for(self._drained.wait(), timeout_s)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     def resume(self) -> None:

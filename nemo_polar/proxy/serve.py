@@ -20,17 +20,28 @@ def free_port() -> int:
 
 def _server(proxy: Proxy) -> uvicorn.Server:
     cfg = proxy.config
-    return uvicorn.Server(uvicorn.Config(
-        proxy.app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False,
-        loop="uvloop", http="httptools", timeout_keep_alive=75, backlog=4096,
-    ))
+    return uvicorn.Server(
+        uvicorn.Config(
+            proxy.app,
+            host=cfg.host,
+            port=cfg.port,
+            log_level="warning",
+            access_log=False,
+            loop="uvloop",
+            http="httptools",
+            timeout_keep_alive=75,
+            backlog=4096,
+        )
+    )
 
 
 def serve(config: ProxyConfig) -> None:
     proxy = Proxy(config)
     try:
-        print(f"polar proxy on http://{config.host}:{config.port} -> {config.upstream.engine} {config.upstream.url}",
-              flush=True)
+        print(
+            f"polar proxy on http://{config.host}:{config.port} -> {config.upstream.engine} {config.upstream.url}",
+            flush=True,
+        )
         _server(proxy).run()
     finally:
         proxy.store.close()

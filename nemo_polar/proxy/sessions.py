@@ -58,13 +58,19 @@ class Sessions:
             index = self._splices[session_id] = SpliceIndex()
             for r in self.store.records(session_id):
                 if r.trainable and r.message is not None:
-                    index.add(_completion(r.message, r.prompt_token_ids, r.completion_token_ids, r.completion_logprobs))
+                    index.add(
+                        _completion(r.message, r.prompt_token_ids, r.completion_token_ids, r.completion_logprobs)
+                    )
         return index
 
 
 def _completion(message: dict[str, Any], prompt: list[int], ids: list[int], logprobs: list[float]) -> Completion:
     calls = [ToolCall(t["id"], t["name"], t["arguments"]) for t in message.get("tool_calls") or []]
     return Completion(
-        text=message.get("content") or "", tool_calls=calls, prompt_token_ids=prompt,
-        completion_token_ids=ids, completion_logprobs=logprobs, usage=Usage(),
+        text=message.get("content") or "",
+        tool_calls=calls,
+        prompt_token_ids=prompt,
+        completion_token_ids=ids,
+        completion_logprobs=logprobs,
+        usage=Usage(),
     )

@@ -31,9 +31,7 @@ def _args(arguments: str) -> object:
 
 
 def fingerprint(text: str, tool_calls: list[tuple[str, str]]) -> str:
-    key = orjson.dumps(
-        [text.strip(), [[name, _args(args)] for name, args in tool_calls]], option=orjson.OPT_SORT_KEYS
-    )
+    key = orjson.dumps([text.strip(), [[name, _args(args)] for name, args in tool_calls]], option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(key, digest_size=16).hexdigest()
 
 

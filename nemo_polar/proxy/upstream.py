@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -42,7 +41,9 @@ class Upstream:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=self.timeout, json_serialize=lambda o: orjson.dumps(o).decode(),
+                connector=connector,
+                timeout=self.timeout,
+                json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
 
@@ -92,7 +93,7 @@ class Upstream:
     async def _errors(self) -> AsyncIterator[None]:
         try:
             yield
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
             raise UpstreamTimeout(f"upstream did not answer in time ({exc.__class__.__name__})") from exc
         except aiohttp.ClientPayloadError as exc:
             raise UpstreamUnreachable(f"upstream broke off its answer: {exc}") from exc

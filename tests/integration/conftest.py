@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
 from nemo_polar.proxy.serve import ProxyThread, free_port
 from nemo_polar.records import CompletionRecord
 from nemo_polar.server.gateway.harnesses import Endpoint, Harness
+from nemo_polar.server.gateway.runner import run_launch
 
 
 @pytest.fixture(scope="session")
@@ -35,10 +35,14 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def real_proxy(vllm, tmp_path_factory) -> Iterator[ProxyThread]:
     store = tmp_path_factory.mktemp("proxy") / "records.sqlite"
-    cfg = ProxyConfig.model_validate({
-        "port": 0, "store": {"path": str(store)}, "limits": {"max_tokens": 64},
-        "upstream": {"url": vllm.url, "engine": "vllm", "model": vllm.served_name, "timeout_s": 300},
-    })
+    cfg = ProxyConfig.model_validate(
+        {
+            "port": 0,
+            "store": {"path": str(store)},
+            "limits": {"max_tokens": 64},
+            "upstream": {"url": vllm.url, "engine": "vllm", "model": vllm.served_name, "timeout_s": 300},
+        }
+    )
     with ProxyThread(cfg) as proxy:
         yield proxy
 
@@ -51,16 +55,19 @@ class HarnessRun:
     records: list[CompletionRecord]
 
 
-def run_harness(proxy: ProxyThread, harness: Harness, tmp_path: Path, task: str = "Say hello.",
-                max_steps: int = 2, timeout: float = 300) -> HarnessRun:
+def run_harness(
+    proxy: ProxyThread,
+    harness: Harness,
+    tmp_path: Path,
+    task: str = "Say hello.",
+    max_steps: int = 2,
+    timeout: float = 300,
+) -> HarnessRun:
     """Run a harness CLI against the proxy with its own HOME and working copy; return its records."""
     session = proxy.proxy.sessions.open(metadata={"harness": harness.name})
     home, work = tmp_path / "home", tmp_path / "work"
-    home.mkdir()
-    work.mkdir()
     launch = harness.launch(task, Endpoint(proxy.url, session.api_key), home, work, max_steps)
-    launch.write_files(home)
-    proc = subprocess.run(launch.argv, env=launch.env, cwd=work, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    done = run_launch(launch, home, work, timeout)
+    assert not done.timed_out, f"{harness.name} ran past {timeout}s"
     proxy.proxy.store.flush()
-    return HarnessRun(proc.returncode, proc.stdout, proc.stderr, proxy.proxy.store.records(session.id))
+    return HarnessRun(done.returncode, done.stdout, done.stderr, proxy.proxy.store.records(session.id))

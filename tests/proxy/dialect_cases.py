@@ -3,8 +3,9 @@ the cross-dialect tests (faults, bad input, real streaming)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -26,20 +27,41 @@ def _openai_error(body: dict[str, Any]) -> str:
 
 
 CASES = [
-    Case("openai_chat", lambda s: "/v1/chat/completions", "authorization",
-         lambda text, s: {"model": "m", "messages": [{"role": "user", "content": text}], "stream": s, "max_tokens": 8},
-         _openai_error),
-    Case("openai_responses", lambda s: "/v1/responses", "authorization",
-         lambda text, s: {"model": "m", "input": [{"role": "user", "content": text}], "stream": s,
-                          "max_output_tokens": 8},
-         _openai_error),
-    Case("anthropic", lambda s: "/v1/messages?beta=true", "x-api-key",
-         lambda text, s: {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": text}], "stream": s},
-         lambda b: b["error"]["message"] if b.get("type") == "error" else ""),
-    Case("gemini", lambda s: "/v1beta/models/m:" + ("streamGenerateContent?alt=sse" if s else "generateContent"),
-         "x-goog-api-key",
-         lambda text, s: {"contents": [{"role": "user", "parts": [{"text": text}]}],
-                          "generationConfig": {"maxOutputTokens": 8}},
-         lambda b: b["error"]["message"]),
+    Case(
+        "openai_chat",
+        lambda s: "/v1/chat/completions",
+        "authorization",
+        lambda text, s: {"model": "m", "messages": [{"role": "user", "content": text}], "stream": s, "max_tokens": 8},
+        _openai_error,
+    ),
+    Case(
+        "openai_responses",
+        lambda s: "/v1/responses",
+        "authorization",
+        lambda text, s: {
+            "model": "m",
+            "input": [{"role": "user", "content": text}],
+            "stream": s,
+            "max_output_tokens": 8,
+        },
+        _openai_error,
+    ),
+    Case(
+        "anthropic",
+        lambda s: "/v1/messages?beta=true",
+        "x-api-key",
+        lambda text, s: {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": text}], "stream": s},
+        lambda b: b["error"]["message"] if b.get("type") == "error" else "",
+    ),
+    Case(
+        "gemini",
+        lambda s: "/v1beta/models/m:" + ("streamGenerateContent?alt=sse" if s else "generateContent"),
+        "x-goog-api-key",
+        lambda text, s: {
+            "contents": [{"role": "user", "parts": [{"text": text}]}],
+            "generationConfig": {"maxOutputTokens": 8},
+        },
+        lambda b: b["error"]["message"],
+    ),
 ]
 IDS = [c.dialect for c in CASES]

@@ -16,7 +16,9 @@ TOKEN = {"x-polar-control-token": "s3cret"}
 def test_sessions_and_records_over_http_with_a_control_token(fake_upstream, tmp_path):
     with make_proxy(fake_upstream.url, tmp_path, control_token="s3cret") as p:
         assert httpx.post(p.url + "/admin/sessions", json={}).status_code == 401
-        assert httpx.post(p.url + "/admin/sessions", json={}, headers={"x-polar-control-token": "no"}).status_code == 401
+        assert (
+            httpx.post(p.url + "/admin/sessions", json={}, headers={"x-polar-control-token": "no"}).status_code == 401
+        )
         assert httpx.post(p.url + "/admin/sessions", json=[1], headers=TOKEN).status_code == 400
         opened = httpx.post(p.url + "/admin/sessions", json={"metadata": {"task": "t1"}}, headers=TOKEN)
         assert opened.status_code == 201
@@ -33,10 +35,12 @@ def test_a_restarted_proxy_knows_its_keys_and_continues_numbering(fake_upstream,
     with make_proxy(fake_upstream.url, tmp_path) as p:
         s = p.proxy.sessions.open()
         openai.OpenAI(base_url=p.url + "/v1", api_key=s.api_key).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}])
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
     with make_proxy(fake_upstream.url, tmp_path) as p:
         openai.OpenAI(base_url=p.url + "/v1", api_key=s.api_key).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "again"}])
+            model="m", messages=[{"role": "user", "content": "again"}]
+        )
         p.proxy.store.flush()
         assert [r.seq for r in p.proxy.store.records(s.id)] == [0, 1]
 
@@ -47,16 +51,22 @@ def test_pause_drains_and_holds_new_calls_until_resume(tmp_path):
     with FakeUpstreamThread() as up, make_proxy(up.url, tmp_path) as p:
         key = p.proxy.sessions.open().api_key
         client = openai.OpenAI(base_url=p.url + "/v1", api_key=key, max_retries=0)
-        slow = threading.Thread(target=lambda: client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "[fault:slow]"}]))
+        slow = threading.Thread(
+            target=lambda: client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "[fault:slow]"}]
+            )
+        )
         slow.start()
         time.sleep(0.2)
         t0 = time.perf_counter()
         paused = httpx.post(p.url + "/admin/inference/pause?timeout_seconds=5", timeout=10).json()
         assert paused == {"paused": True, "inflight": 0} and time.perf_counter() - t0 > 0.5  # waited for the slow call
         done = []
-        held = threading.Thread(target=lambda: done.append(client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}])))
+        held = threading.Thread(
+            target=lambda: done.append(
+                client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            )
+        )
         held.start()
         time.sleep(0.3)
         assert not done and httpx.get(p.url + "/admin/inference/status").json()["paused"]

@@ -19,8 +19,9 @@ def _client(proxy):
 def test_sglang_token_fields(tmp_path, stream):
     with FakeUpstreamThread(engine="sglang") as up, make_proxy(up.url, tmp_path, upstream={"engine": "sglang"}) as p:
         client, _ = _client(p)
-        out = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
-                                             max_tokens=3, stream=stream)
+        out = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=stream
+        )
         if stream:
             list(out)
         (rec,) = records(p, p.proxy.store.sessions()[-1].id)
@@ -35,12 +36,23 @@ def test_nemo_rl_pins_sampling_and_splices_earlier_turns(tmp_path):
         client, _ = _client(p)
         tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
         first = [{"role": "user", "content": "[fault:tool_call] go"}]
-        out = client.chat.completions.create(model="m", messages=first, tools=tools, temperature=0.1, extra_body={"top_k": 5})
+        out = client.chat.completions.create(
+            model="m", messages=first, tools=tools, temperature=0.1, extra_body={"top_k": 5}
+        )
         call = out.choices[0].message.tool_calls[0]
         # the harness sends the turn back re-serialised, without any token field
         history = first + [
-            {"role": "assistant", "content": None, "tool_calls": [{"id": call.id, "type": "function", "function": {
-                "name": "bash", "arguments": '{ "command" : "ls" }'}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{ "command" : "ls" }'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": call.id, "content": "a.py"},
             {"role": "user", "content": "and now?"},
         ]

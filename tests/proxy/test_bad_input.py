@@ -44,8 +44,14 @@ def test_bad_input_is_a_clear_4xx_in_the_dialect_and_not_recorded(case, small_pr
     _nothing_recorded(proxy, fake_upstream)
 
 
-@pytest.mark.parametrize("path,dialect", [("/v1/nowhere", "openai_chat"), ("/v1/messages/batches", "anthropic"),
-                                          ("/v1beta/models/m:countTokens", "gemini")])
+@pytest.mark.parametrize(
+    "path,dialect",
+    [
+        ("/v1/nowhere", "openai_chat"),
+        ("/v1/messages/batches", "anthropic"),
+        ("/v1beta/models/m:countTokens", "gemini"),
+    ],
+)
 def test_unknown_path_is_404_in_the_dialect_it_looks_like(path, dialect, proxy, fake_upstream):
     case = next(c for c in CASES if c.dialect == dialect)
     r = httpx.post(proxy.url + path, json={}, headers=case.headers("sk-polar-x"))

@@ -38,8 +38,12 @@ def test_upstream_fault_is_an_error_in_the_dialect_and_recorded(case, fault, fas
     proxy = fast_timeout_proxy
     session = proxy.proxy.sessions.open()
     status, record_status = FAULTS[fault]
-    r = httpx.post(proxy.url + case.path(False), json=case.body(f"[fault:{fault}] hi", False),
-                   headers=case.headers(session.api_key), timeout=10)
+    r = httpx.post(
+        proxy.url + case.path(False),
+        json=case.body(f"[fault:{fault}] hi", False),
+        headers=case.headers(session.api_key),
+        timeout=10,
+    )
     assert r.status_code == status, r.text
     assert case.error_message(r.json())
     (rec,) = records(proxy, session.id)
@@ -51,8 +55,13 @@ def test_upstream_fault_is_an_error_in_the_dialect_and_recorded(case, fault, fas
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_stream_failure_after_it_started_is_signalled_and_recorded(case, fault, proxy):
     session = proxy.proxy.sessions.open()
-    with httpx.stream("POST", proxy.url + case.path(True), json=case.body(f"[fault:{fault}] hi", True),
-                      headers=case.headers(session.api_key), timeout=10) as r:
+    with httpx.stream(
+        "POST",
+        proxy.url + case.path(True),
+        json=case.body(f"[fault:{fault}] hi", True),
+        headers=case.headers(session.api_key),
+        timeout=10,
+    ) as r:
         assert r.status_code == 200
         text = r.read().decode()
     assert "error" in text.lower() or "failed" in text  # each dialect's in-stream error event

@@ -19,15 +19,23 @@ from nemo_polar.errors import BodyTooLarge, Paused, Unauthorized, UpstreamError,
 from nemo_polar.proxy.dialects.gemini import Gemini
 from tests.conftest import records
 
-BASH = types.Tool(function_declarations=[types.FunctionDeclaration(
-    name="bash", description="run a command",
-    parameters=types.Schema(type=types.Type.OBJECT, properties={"command": types.Schema(type=types.Type.STRING)}),
-)])
+BASH = types.Tool(
+    function_declarations=[
+        types.FunctionDeclaration(
+            name="bash",
+            description="run a command",
+            parameters=types.Schema(
+                type=types.Type.OBJECT, properties={"command": types.Schema(type=types.Type.STRING)}
+            ),
+        )
+    ]
+)
 
 
 def client(proxy, session, api_version: str | None = None) -> genai.Client:
-    return genai.Client(api_key=session["api_key"],
-                        http_options=types.HttpOptions(base_url=proxy.url, api_version=api_version))
+    return genai.Client(
+        api_key=session["api_key"], http_options=types.HttpOptions(base_url=proxy.url, api_version=api_version)
+    )
 
 
 def http(method: str, url: str, body: dict | None = None, **headers: str) -> tuple[int, dict, str]:
@@ -48,7 +56,8 @@ def sse_chunks(text: str) -> list[dict]:
 def test_non_streaming_call_is_answered_and_recorded(proxy, session):
     c = client(proxy, session)  # held: a Client closes its connection pool when collected
     out = c.models.generate_content(
-        model="gemini-2.5-pro", contents="hello",
+        model="gemini-2.5-pro",
+        contents="hello",
         config=types.GenerateContentConfig(max_output_tokens=5, system_instruction="be brief", temperature=0.5),
     )
     assert out.text == "w0 w1 w2 w3 w4"
@@ -68,9 +77,13 @@ def test_non_streaming_call_is_answered_and_recorded(proxy, session):
 @pytest.mark.parametrize("api_version", [None, "v1beta"])
 def test_streaming_relays_every_token_then_finish_and_usage(proxy, session, api_version):
     c = client(proxy, session, api_version)
-    chunks = list(c.models.generate_content_stream(
-        model="m", contents="hi", config=types.GenerateContentConfig(max_output_tokens=4),
-    ))
+    chunks = list(
+        c.models.generate_content_stream(
+            model="m",
+            contents="hi",
+            config=types.GenerateContentConfig(max_output_tokens=4),
+        )
+    )
     assert "".join(c.text or "" for c in chunks) == "w0 w1 w2 w3"
     assert len(chunks) == 5  # one chunk per token, then the closing one
     assert all(c.candidates[0].finish_reason is None for c in chunks[:-1])
@@ -103,62 +116,116 @@ def test_tool_calls_round_trip(proxy, session, stream):
     assert rec.message["tool_calls"][0]["name"] == "bash"
     assert rec.upstream_request["tools"][0]["function"]["parameters"]["properties"]["command"]["type"] == "string"
     # the follow-up carrying the tool result, as the SDK builds it from the answer
-    result = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
-        id=calls[0].id, name="bash", response={"output": "a.py\nb.py"}))])
+    result = types.Content(
+        role="user",
+        parts=[
+            types.Part(
+                function_response=types.FunctionResponse(
+                    id=calls[0].id, name="bash", response={"output": "a.py\nb.py"}
+                )
+            )
+        ],
+    )
     again = c.models.generate_content(model="m", contents=[prompt, model_turn, result], config=config)
     assert again.candidates[0].content.parts  # accepted and answered
     first, follow = records(proxy, session["session_id"])
     assert (first.seq, follow.seq) == (0, 1)
     assistant, tool = follow.upstream_request["messages"][1:]
-    assert assistant["tool_calls"] == [{"id": "call_fake", "type": "function",
-                                        "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+    assert assistant["tool_calls"] == [
+        {"id": "call_fake", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    ]
     assert tool == {"role": "tool", "content": "a.py\nb.py", "tool_call_id": "call_fake"}
 
 
 def gemini_cli_body() -> dict:
     """What Gemini CLI sends after one tool call: shapes from feasibility.md section 4."""
-    decl = {"name": "run_shell_command", "description": "Runs a shell command",
-            "parameters": {"type": "OBJECT", "required": ["command"], "properties": {
+    decl = {
+        "name": "run_shell_command",
+        "description": "Runs a shell command",
+        "parameters": {
+            "type": "OBJECT",
+            "required": ["command"],
+            "properties": {
                 "command": {"type": "STRING", "description": "the command"},
                 "description": {"type": "STRING"},
-                "env": {"type": "ARRAY", "items": {"type": "OBJECT", "properties": {"type": {"type": "STRING"}}}}}}}
-    read = {"name": "read_file", "description": "Reads a file",
-            "parametersJsonSchema": {"type": "object", "properties": {"absolute_path": {"type": "string"}}}}
+                "env": {"type": "ARRAY", "items": {"type": "OBJECT", "properties": {"type": {"type": "STRING"}}}},
+            },
+        },
+    }
+    read = {
+        "name": "read_file",
+        "description": "Reads a file",
+        "parametersJsonSchema": {"type": "object", "properties": {"absolute_path": {"type": "string"}}},
+    }
     return {
         "contents": [
-            {"role": "user", "parts": [{"text": "<session_context>cwd: /w</session_context>"}, {"text": "list files"}]},
-            {"role": "model", "parts": [{"functionCall": {"name": "run_shell_command", "args": {"command": "ls"}},
-                                         "thoughtSignature": "skip_thought_signature_validator"}]},
-            {"role": "user", "parts": [{"functionResponse": {"id": "run_shell_command-1712-abc",
-                                                             "name": "run_shell_command",
-                                                             "response": {"output": "<untrusted_context>a.py"}}}]},
+            {
+                "role": "user",
+                "parts": [{"text": "<session_context>cwd: /w</session_context>"}, {"text": "list files"}],
+            },
+            {
+                "role": "model",
+                "parts": [
+                    {
+                        "functionCall": {"name": "run_shell_command", "args": {"command": "ls"}},
+                        "thoughtSignature": "skip_thought_signature_validator",
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {
+                        "functionResponse": {
+                            "id": "run_shell_command-1712-abc",
+                            "name": "run_shell_command",
+                            "response": {"output": "<untrusted_context>a.py"},
+                        }
+                    }
+                ],
+            },
         ],
         "systemInstruction": {"role": "user", "parts": [{"text": "You are an interactive CLI agent."}]},
         "tools": [{"functionDeclarations": [decl, read]}, {"googleSearch": {}}],
-        "generationConfig": {"temperature": 1, "topP": 0.95, "topK": 64, "maxOutputTokens": 6,
-                             "thinkingConfig": {"includeThoughts": True}},
+        "generationConfig": {
+            "temperature": 1,
+            "topP": 0.95,
+            "topK": 64,
+            "maxOutputTokens": 6,
+            "thinkingConfig": {"includeThoughts": True},
+        },
     }
 
 
 def test_gemini_cli_request_is_translated(proxy, session, fake_upstream):
-    status, headers, text = http("POST", f"{proxy.url}/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
-                                 gemini_cli_body(), **{"x-goog-api-key": session["api_key"]})
+    status, headers, text = http(
+        "POST",
+        f"{proxy.url}/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+        gemini_cli_body(),
+        **{"x-goog-api-key": session["api_key"]},
+    )
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     assert "[DONE]" not in text
     chunks = sse_chunks(text)
-    assert "".join(p["text"] for ch in chunks for p in ch["candidates"][0]["content"]["parts"]) == \
-        "w0 w1 w2 w3 w4 w5"
+    assert "".join(p["text"] for ch in chunks for p in ch["candidates"][0]["content"]["parts"]) == "w0 w1 w2 w3 w4 w5"
     assert chunks[-1]["candidates"][0]["finishReason"] == "MAX_TOKENS" and "usageMetadata" in chunks[-1]
     (up,) = json.loads(http("GET", f"{fake_upstream.url}/_requests")[2])
     assert (up["temperature"], up["top_p"], up["top_k"], up["max_tokens"]) == (1, 0.95, 64, 6)
     assert up["chat_template_kwargs"] == {"enable_thinking": True}
     system, user, assistant, tool = up["messages"]
     assert system == {"role": "system", "content": "You are an interactive CLI agent."}
-    assert user["content"] == [{"type": "text", "text": "<session_context>cwd: /w</session_context>"},
-                               {"type": "text", "text": "list files"}]
+    assert user["content"] == [
+        {"type": "text", "text": "<session_context>cwd: /w</session_context>"},
+        {"type": "text", "text": "list files"},
+    ]
     # the call had no id: one is minted from its place, and the response (with the CLI's own id) takes it
-    assert assistant["tool_calls"] == [{"id": "call_1_0", "type": "function",
-                                        "function": {"name": "run_shell_command", "arguments": '{"command": "ls"}'}}]
+    assert assistant["tool_calls"] == [
+        {
+            "id": "call_1_0",
+            "type": "function",
+            "function": {"name": "run_shell_command", "arguments": '{"command": "ls"}'},
+        }
+    ]
     assert tool == {"role": "tool", "content": "<untrusted_context>a.py", "tool_call_id": "call_1_0"}
     shell, read = up["tools"]  # googleSearch is dropped
     props = shell["function"]["parameters"]["properties"]
@@ -174,8 +241,13 @@ def test_same_history_gives_the_same_canonical_request():
     body["contents"][1]["parts"].append({"functionCall": {"name": "run_shell_command", "args": {"command": "pwd"}}})
     body["contents"][2]["parts"] = [
         {"functionResponse": {"name": "run_shell_command", "response": {"output": "a.py"}}},
-        {"functionResponse": {"name": "run_shell_command", "response": {"error": "denied"},
-                              "parts": [{"inlineData": {"mimeType": "image/png", "data": "iVBO"}}]}},
+        {
+            "functionResponse": {
+                "name": "run_shell_command",
+                "response": {"error": "denied"},
+                "parts": [{"inlineData": {"mimeType": "image/png", "data": "iVBO"}}],
+            }
+        },
         {"text": "and then?"},
     ]
     params = {"model": "g", "path": "/v1beta/models/g:generateContent"}
@@ -187,16 +259,21 @@ def test_same_history_gives_the_same_canonical_request():
     assert (out2.tool_call_id, out2.content) == ("call_1_1", '{"error": "denied"}')
     # the turn's other parts (an image a tool returned, text) follow the results, never come between
     assert extra.role == "user" and extra.content == [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}, {"type": "text", "text": "and then?"}]
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}},
+        {"type": "text", "text": "and then?"},
+    ]
 
 
 def test_thinking_round_trip():
     g = Gemini()
-    body = {"contents": [
-        {"role": "user", "parts": [{"text": "q"}]},
-        {"role": "model", "parts": [{"text": "let me see", "thought": True}, {"text": "4"}]},
-        {"role": "user", "parts": [{"text": "sure?"}]},
-    ], "generationConfig": {"thinkingConfig": {"includeThoughts": True}}}
+    body = {
+        "contents": [
+            {"role": "user", "parts": [{"text": "q"}]},
+            {"role": "model", "parts": [{"text": "let me see", "thought": True}, {"text": "4"}]},
+            {"role": "user", "parts": [{"text": "sure?"}]},
+        ],
+        "generationConfig": {"thinkingConfig": {"includeThoughts": True}},
+    }
     req = g.parse_request(body, {"model": "g", "path": "/v1beta/models/g:generateContent"}, {})
     assert req.thinking is True
     assert (req.messages[1].reasoning, req.messages[1].content) == ("let me see", "4")
@@ -209,8 +286,11 @@ def test_thinking_round_trip():
     parts = [p for e in events for p in json.loads(e[6:])["candidates"][0]["content"]["parts"]]
     assert parts == [{"text": "check", "thought": True}, {"text": "yes"}]
     # without includeThoughts Gemini returns no thoughts; a zero budget turns thinking off
-    quiet = g.parse_request(body | {"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}},
-                            {"model": "g", "path": "/v1beta/models/g:generateContent"}, {})
+    quiet = g.parse_request(
+        body | {"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}},
+        {"model": "g", "path": "/v1beta/models/g:generateContent"},
+        {},
+    )
     assert quiet.thinking is False
     assert [p["text"] for p in g.render_response(done, quiet)["candidates"][0]["content"]["parts"]] == ["yes"]
 
@@ -221,8 +301,11 @@ def test_arguments_that_are_not_an_object_round_trip_verbatim():
     bad = Completion(tool_calls=[ToolCall("c1", "bash", '{"command": "ls"')], finish_reason="tool_calls")
     (part,) = g.render_response(bad, req)["candidates"][0]["content"]["parts"]
     assert part["functionCall"]["args"] == {"_raw_arguments": '{"command": "ls"'}
-    back = g.parse_request({"contents": [{"parts": [{"text": "x"}]}, {"role": "model", "parts": [part]}]},
-                           {"model": "g", "path": "/v1beta/x"}, {})
+    back = g.parse_request(
+        {"contents": [{"parts": [{"text": "x"}]}, {"role": "model", "parts": [part]}]},
+        {"model": "g", "path": "/v1beta/x"},
+        {},
+    )
     assert back.messages[1].tool_calls[0].arguments == '{"command": "ls"'
 
 
@@ -235,17 +318,29 @@ def test_unknown_key_is_401_in_google_shape_and_not_recorded(proxy, session):
     assert records(proxy, session["session_id"]) == []
 
 
-@pytest.mark.parametrize("path,body,needle", [
-    ("/v1beta/models/m:generateContent", {"contents": []}, "contents"),
-    ("/v1beta/models/m:generateContent", {"contents": [{"role": "system", "parts": [{"text": "x"}]}]}, "role"),
-    ("/v1beta/models/m:generateContent", {"contents": [{"parts": [{"text": "x"}]}],
-                                          "generationConfig": {"candidateCount": 2}}, "candidateCount"),
-    ("/v1beta/models/m:streamGenerateContent", {"contents": [{"parts": [{"text": "x"}]}]}, "alt=sse"),
-    ("/v1beta/models/m:generateContent", {"contents": [{"parts": [
-        {"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}}]}]}, "only images"),
-    ("/v1beta/models/m:generateContent", {"contents": [{"parts": [{"text": "x"}]}],
-                                          "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}}, "mode"),
-])
+@pytest.mark.parametrize(
+    "path,body,needle",
+    [
+        ("/v1beta/models/m:generateContent", {"contents": []}, "contents"),
+        ("/v1beta/models/m:generateContent", {"contents": [{"role": "system", "parts": [{"text": "x"}]}]}, "role"),
+        (
+            "/v1beta/models/m:generateContent",
+            {"contents": [{"parts": [{"text": "x"}]}], "generationConfig": {"candidateCount": 2}},
+            "candidateCount",
+        ),
+        ("/v1beta/models/m:streamGenerateContent", {"contents": [{"parts": [{"text": "x"}]}]}, "alt=sse"),
+        (
+            "/v1beta/models/m:generateContent",
+            {"contents": [{"parts": [{"inlineData": {"mimeType": "application/pdf", "data": "JVBE"}}]}]},
+            "only images",
+        ),
+        (
+            "/v1beta/models/m:generateContent",
+            {"contents": [{"parts": [{"text": "x"}]}], "toolConfig": {"functionCallingConfig": {"mode": "SOMETIMES"}}},
+            "mode",
+        ),
+    ],
+)
 def test_malformed_input_is_400_invalid_argument(proxy, session, path, body, needle):
     status, _, text = http("POST", f"{proxy.url}{path}?key={session['api_key']}", body)  # a key in the query works too
     assert status == 400
@@ -276,12 +371,17 @@ def test_stream_cut_midway_raises_in_the_sdk_and_is_recorded_as_failed(proxy, se
 def test_error_statuses_use_google_names():
     g = Gemini()
     assert g.render_error(Unauthorized("no"))["error"]["status"] == "UNAUTHENTICATED"
-    assert g.render_error(BodyTooLarge("big")) == {"error": {"code": 413, "message": "big", "status": "INVALID_ARGUMENT"}}
+    assert g.render_error(BodyTooLarge("big")) == {
+        "error": {"code": 413, "message": "big", "status": "INVALID_ARGUMENT"}
+    }
     assert g.render_error(UpstreamTimeout("slow"))["error"]["status"] == "DEADLINE_EXCEEDED"
     assert g.render_error(Paused("paused"))["error"]["status"] == "UNAVAILABLE"
     assert g.render_error(UpstreamError("rate", status_code=429))["error"]["status"] == "RESOURCE_EXHAUSTED"
-    assert g.render_error(UpstreamError("bad gateway"))["error"] == {"code": 502, "message": "bad gateway",
-                                                                     "status": "INTERNAL"}
+    assert g.render_error(UpstreamError("bad gateway"))["error"] == {
+        "code": 502,
+        "message": "bad gateway",
+        "status": "INTERNAL",
+    }
 
 
 def test_generation_and_tool_config_map_to_the_canonical_request():
@@ -291,17 +391,23 @@ def test_generation_and_tool_config_map_to_the_canonical_request():
         "tools": [{"functionDeclarations": decls}, {"codeExecution": {}}],
         "toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["a", "c"]}},
         "generation_config": {  # snake_case, as Google's own curl examples write it
-            "stop_sequences": ["END"], "seed": 7, "presencePenalty": 0.5, "frequencyPenalty": 0.25,
+            "stop_sequences": ["END"],
+            "seed": 7,
+            "presencePenalty": 0.5,
+            "frequencyPenalty": 0.25,
             "responseMimeType": "application/json",
-            "responseSchema": {"type": "OBJECT", "properties": {"n": {"type": "INTEGER"}}}},
+            "responseSchema": {"type": "OBJECT", "properties": {"n": {"type": "INTEGER"}}},
+        },
     }
     params = {"model": "g", "path": "/v1beta/models/g:generateContent"}
     req = Gemini().parse_request(body, params, {})
     assert [t.name for t in req.tools] == ["a", "c"] and req.tool_choice == "required"
     assert req.tools[0].parameters == {"type": "object"}
     assert (req.stop, req.seed, req.presence_penalty, req.frequency_penalty) == (["END"], 7, 0.5, 0.25)
-    assert req.response_format == {"type": "json_schema", "json_schema": {"name": "response", "schema": {
-        "type": "object", "properties": {"n": {"type": "integer"}}}}}
+    assert req.response_format == {
+        "type": "json_schema",
+        "json_schema": {"name": "response", "schema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+    }
     one = body | {"toolConfig": {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["b"]}}}
     assert Gemini().parse_request(one, params, {}).tool_choice == {"name": "b"}
     off = body | {"toolConfig": {"functionCallingConfig": {"mode": "NONE"}}}

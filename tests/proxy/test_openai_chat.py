@@ -28,7 +28,10 @@ def test_non_streaming_call_is_answered_and_recorded(proxy, session):
 
 def test_streaming_relays_every_token_and_usage(proxy, session):
     stream = client(proxy, session).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], max_completion_tokens=4, stream=True,
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        max_completion_tokens=4,
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
@@ -58,8 +61,13 @@ def test_tool_calls_round_trip(proxy, session, stream):
     assert rec.message["tool_calls"][0]["name"] == "bash"
     # the tool message with list content, as Qwen Code sends it, goes through too
     follow = messages + [
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_fake", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_fake", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_fake", "content": [{"type": "text", "text": "a.py"}]},
     ]
     c.chat.completions.create(model="m", messages=follow, tools=tools)

@@ -17,7 +17,13 @@ from nemo_polar.errors import RequestInvalid
 from nemo_polar.proxy.dialects.openai_responses import OpenAIResponses, encode_reasoning
 from tests.conftest import make_proxy, records
 
-TOOLS = [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "name": "bash",
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    }
+]
 
 
 def client(proxy, session) -> openai.OpenAI:
@@ -51,20 +57,42 @@ class ThinkingUpstream(FakeUpstream):
         base = {"id": "think-1", "created": int(time.time()), "model": body.get("model")}
         usage = {"prompt_tokens": 7, "completion_tokens": len(pieces)}
         if not body.get("stream"):
-            message = {"role": "assistant", "content": "".join(self.TEXT), "reasoning_content": "".join(self.REASONING)}
-            choice = {"index": 0, "message": message, "finish_reason": "stop", "token_ids": ids,
-                      "logprobs": {"content": [{"logprob": -0.5} for _ in ids]}}
+            message = {
+                "role": "assistant",
+                "content": "".join(self.TEXT),
+                "reasoning_content": "".join(self.REASONING),
+            }
+            choice = {
+                "index": 0,
+                "message": message,
+                "finish_reason": "stop",
+                "token_ids": ids,
+                "logprobs": {"content": [{"logprob": -0.5} for _ in ids]},
+            }
             out = dict(base, object="chat.completion", choices=[choice], usage=usage, prompt_token_ids=list(range(7)))
             return web.Response(body=orjson.dumps(out), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         chunk = dict(base, object="chat.completion.chunk")
         frames = [dict(chunk, prompt_token_ids=list(range(7)), choices=[{"index": 0, "delta": {"role": "assistant"}}])]
-        for (field, piece), tid in zip(pieces, ids):
-            frames.append(dict(chunk, choices=[{"index": 0, "delta": {field: piece}, "token_ids": [tid],
-                                                "logprobs": {"content": [{"logprob": -0.5}]}}]))
-        frames += [dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]),
-                   dict(chunk, choices=[], usage=usage)]
+        for (field, piece), tid in zip(pieces, ids, strict=False):
+            frames.append(
+                dict(
+                    chunk,
+                    choices=[
+                        {
+                            "index": 0,
+                            "delta": {field: piece},
+                            "token_ids": [tid],
+                            "logprobs": {"content": [{"logprob": -0.5}]},
+                        }
+                    ],
+                )
+            )
+        frames += [
+            dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+            dict(chunk, choices=[], usage=usage),
+        ]
         for f in frames:
             await resp.write(b"data: " + orjson.dumps(f) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
@@ -104,9 +132,15 @@ def test_streaming_text_emits_the_exact_event_sequence(proxy, session):
     events = list(client(proxy, session).responses.create(model="m", input="hi", max_output_tokens=4, stream=True))
     types = [e.type for e in events]
     assert types == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        *["response.output_text.delta"] * 4, "response.output_text.done", "response.content_part.done",
-        "response.output_item.done", "response.incomplete",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * 4,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = [e for e in events if e.type == "response.output_text.delta"]
@@ -143,24 +177,40 @@ def test_tool_calls_round_trip(proxy, session, fake_upstream, stream):
     assert (call.name, call.call_id, call.arguments) == ("bash", "call_fake", '{"command": "ls"}')
     assert records(proxy, session["session_id"])[0].message["tool_calls"][0]["name"] == "bash"
     # the follow-up carries the call back (as the SDK returned it) and its output
-    follow = prompt + [call.model_dump(exclude_none=True), {"type": "function_call_output", "call_id": "call_fake",
-                                                            "output": "a.py"}]
+    follow = prompt + [
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": "call_fake", "output": "a.py"},
+    ]
     again = c.responses.create(model="m", input=follow, tools=TOOLS)
     assert again.status == "completed"  # the fault marker is still in the history: another call
     sent = upstream_bodies(fake_upstream)[-1]["messages"]
-    assert sent[1] == {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_fake", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]}
+    assert sent[1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_fake", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+        ],
+    }
     assert sent[2] == {"role": "tool", "content": "a.py", "tool_call_id": "call_fake"}
     assert [r.seq for r in records(proxy, session["session_id"])] == [0, 1]
 
 
 def test_namespaced_tool_call_is_reported_with_its_namespace(proxy, session, fake_upstream):
-    ns = {"type": "namespace", "name": "multi_agent_v1", "description": "sub-agents",
-          "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]}
-    events = list(client(proxy, session).responses.create(
-        model="m", input="[fault:tool_call] spawn", tools=[ns, *TOOLS], stream=True))
+    ns = {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "sub-agents",
+        "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}],
+    }
+    events = list(
+        client(proxy, session).responses.create(
+            model="m", input="[fault:tool_call] spawn", tools=[ns, *TOOLS], stream=True
+        )
+    )
     assert [t["function"]["name"] for t in upstream_bodies(fake_upstream)[-1]["tools"]] == [
-        "multi_agent_v1__spawn_agent", "bash"]
+        "multi_agent_v1__spawn_agent",
+        "bash",
+    ]
     added = next(e for e in events if e.type == "response.output_item.added")
     done = next(e for e in events if e.type == "response.output_item.done")
     for item in (added.item, done.item, events[-1].response.output[0]):
@@ -177,10 +227,15 @@ def test_reasoning_streams_as_a_summary_and_replays_exactly(thinking):
         out = s.get_final_response()
     types = [e.type for e in events]
     assert types[:9] == [
-        "response.created", "response.in_progress", "response.output_item.added",
-        "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
-        "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
-        "response.reasoning_summary_part.done", "response.output_item.done",
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.output_item.done",
     ]
     assert types[9:12] == ["response.output_item.added", "response.content_part.added", "response.output_text.delta"]
     assert types[-1] == "response.completed"
@@ -194,10 +249,15 @@ def test_reasoning_streams_as_a_summary_and_replays_exactly(thinking):
     assert rec.message["reasoning"] == "Let me think." and rec.completion_token_ids == [2000, 2001, 2002, 2003]
 
     # Codex replays the reasoning item without its id; the exact text goes back to the model
-    replay = [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "(edited)"}],
-               "encrypted_content": reasoning.encrypted_content},
-              {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi there"}]},
-              {"type": "message", "role": "user", "content": "and now?"}]
+    replay = [
+        {
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "(edited)"}],
+            "encrypted_content": reasoning.encrypted_content,
+        },
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hi there"}]},
+        {"type": "message", "role": "user", "content": "and now?"},
+    ]
     c.responses.create(model="m", input=[{"role": "user", "content": "hi"}, *replay])
     assistant = up.fake.requests[-1]["messages"][1]
     assert assistant == {"role": "assistant", "content": "Hi there", "reasoning": "Let me think."}
@@ -213,11 +273,16 @@ def test_non_streaming_reasoning_item(thinking):
 
 def test_foreign_encrypted_reasoning_is_kept_opaque(proxy, session, fake_upstream):
     blob = "gAAAAABo-opaque-openai-blob=="
-    items = [{"role": "user", "content": "q"},
-             {"type": "reasoning", "summary": [{"type": "summary_text", "text": "visible summary"}],
-              "encrypted_content": blob},
-             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]},
-             {"role": "user", "content": "next"}]
+    items = [
+        {"role": "user", "content": "q"},
+        {
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "visible summary"}],
+            "encrypted_content": blob,
+        },
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "a"}]},
+        {"role": "user", "content": "next"},
+    ]
     client(proxy, session).responses.create(model="m", input=items, max_output_tokens=1)
     body = upstream_bodies(fake_upstream)[-1]
     assert body["messages"][1] == {"role": "assistant", "content": "a", "reasoning": "visible summary"}
@@ -226,32 +291,71 @@ def test_foreign_encrypted_reasoning_is_kept_opaque(proxy, session, fake_upstrea
 
 # --- a Codex CLI 0.169 body, sent raw -------------------------------------------------------------
 def codex_body() -> dict:
-    text = lambda t: [{"type": "input_text", "text": t}]
+    def text(t: str) -> list[dict]:
+        return [{"type": "input_text", "text": t}]
+
     return {
         "model": "gpt-5-codex",
         "input": [
             {"type": "message", "role": "developer", "content": text("<permissions instructions>sandboxed")},
             {"type": "message", "role": "developer", "content": text("You are Codex.")},
-            {"type": "message", "role": "user", "content": text("<environment_context><cwd>/w</cwd></environment_context>")},
+            {
+                "type": "message",
+                "role": "user",
+                "content": text("<environment_context><cwd>/w</cwd></environment_context>"),
+            },
             {"type": "message", "role": "user", "content": text("list the files")},
-            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "I should run ls."}],
-             "content": None, "encrypted_content": encode_reasoning("I should run ls, then spawn.")},
+            {
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": "I should run ls."}],
+                "content": None,
+                "encrypted_content": encode_reasoning("I should run ls, then spawn."),
+            },
             {"type": "function_call", "name": "exec_command", "arguments": '{"cmd":"ls"}', "call_id": "call_1"},
-            {"type": "function_call", "name": "spawn_agent", "namespace": "multi_agent_v1", "arguments": "{}",
-             "call_id": "call_2"},
-            {"type": "function_call_output", "call_id": "call_1",
-             "output": "Chunk ID: 1\nWall time: 0.01 seconds\nProcess exited with code 0\nOutput:\na.py\n"},
+            {
+                "type": "function_call",
+                "name": "spawn_agent",
+                "namespace": "multi_agent_v1",
+                "arguments": "{}",
+                "call_id": "call_2",
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "call_1",
+                "output": "Chunk ID: 1\nWall time: 0.01 seconds\nProcess exited with code 0\nOutput:\na.py\n",
+            },
             {"type": "function_call_output", "call_id": "call_2", "output": text("agent started")},
             {"type": "message", "role": "user", "content": text("[fault:tool_call] again")},
         ],
         "tools": [
-            {"type": "function", "name": "exec_command", "description": "Runs a command.", "strict": False,
-             "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}},
-            {"type": "function", "name": "write_stdin", "description": "Writes to a session.", "strict": False,
-             "parameters": {"type": "object", "properties": {}}},
-            {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
-                {"type": "function", "name": "spawn_agent", "description": "Starts an agent.", "strict": False,
-                 "parameters": {"type": "object", "properties": {}}}]},
+            {
+                "type": "function",
+                "name": "exec_command",
+                "description": "Runs a command.",
+                "strict": False,
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+            },
+            {
+                "type": "function",
+                "name": "write_stdin",
+                "description": "Writes to a session.",
+                "strict": False,
+                "parameters": {"type": "object", "properties": {}},
+            },
+            {
+                "type": "namespace",
+                "name": "multi_agent_v1",
+                "description": "Sub-agents.",
+                "tools": [
+                    {
+                        "type": "function",
+                        "name": "spawn_agent",
+                        "description": "Starts an agent.",
+                        "strict": False,
+                        "parameters": {"type": "object", "properties": {}},
+                    }
+                ],
+            },
             {"type": "web_search", "external_web_access": False},
         ],
         "tool_choice": "auto",
@@ -266,8 +370,12 @@ def codex_body() -> dict:
 
 
 def test_codex_shaped_request_is_translated_and_streamed(proxy, session):
-    r = httpx2.post(proxy.url + "/v1/responses", json=codex_body(), timeout=10,
-                    headers={"authorization": "Bearer " + session["api_key"], "originator": "codex_exec"})
+    r = httpx2.post(
+        proxy.url + "/v1/responses",
+        json=codex_body(),
+        timeout=10,
+        headers={"authorization": "Bearer " + session["api_key"], "originator": "codex_exec"},
+    )
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = sse_events(r.text)
     assert all(name == data["type"] for name, data in events)  # the `event:` line names each event
@@ -278,21 +386,44 @@ def test_codex_shaped_request_is_translated_and_streamed(proxy, session):
     (call,) = final["output"]
     assert (call["name"], call["call_id"], call["arguments"]) == ("exec_command", "call_fake", '{"command": "ls"}')
     assert "namespace" not in call
-    assert set(final["usage"]) == {"input_tokens", "input_tokens_details", "output_tokens",
-                                   "output_tokens_details", "total_tokens"}
+    assert set(final["usage"]) == {
+        "input_tokens",
+        "input_tokens_details",
+        "output_tokens",
+        "output_tokens_details",
+        "total_tokens",
+    }
 
     (rec,) = records(proxy, session["session_id"])
     up = rec.upstream_request
-    assert [m["role"] for m in up["messages"]] == ["system", "system", "user", "user", "assistant", "tool", "tool", "user"]
+    assert [m["role"] for m in up["messages"]] == [
+        "system",
+        "system",
+        "user",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "user",
+    ]
     assert up["messages"][0]["content"] == "<permissions instructions>sandboxed"
     assistant = up["messages"][4]
     assert assistant["reasoning"] == "I should run ls, then spawn."  # ours: decoded, not the summary
     assert [(t["id"], t["function"]["name"]) for t in assistant["tool_calls"]] == [
-        ("call_1", "exec_command"), ("call_2", "multi_agent_v1__spawn_agent")]
-    assert up["messages"][5] == {"role": "tool", "tool_call_id": "call_1", "content":
-                                 "Chunk ID: 1\nWall time: 0.01 seconds\nProcess exited with code 0\nOutput:\na.py\n"}
+        ("call_1", "exec_command"),
+        ("call_2", "multi_agent_v1__spawn_agent"),
+    ]
+    assert up["messages"][5] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "Chunk ID: 1\nWall time: 0.01 seconds\nProcess exited with code 0\nOutput:\na.py\n",
+    }
     assert up["messages"][6] == {"role": "tool", "tool_call_id": "call_2", "content": "agent started"}
-    assert [t["function"]["name"] for t in up["tools"]] == ["exec_command", "write_stdin", "multi_agent_v1__spawn_agent"]
+    assert [t["function"]["name"] for t in up["tools"]] == [
+        "exec_command",
+        "write_stdin",
+        "multi_agent_v1__spawn_agent",
+    ]
     assert up["tool_choice"] == "auto" and up["stream"] is True
     assert up["chat_template_kwargs"] == {"enable_thinking": True}
     assert rec.native_request["store"] is False and rec.status == "ok"
@@ -304,53 +435,86 @@ def parse(body: dict):
 
 
 def test_request_options_map_to_the_canonical_form():
-    req = parse({
-        "model": "m", "instructions": "be brief", "input": "q", "temperature": 0.5, "top_p": 0.9,
-        "max_output_tokens": 64, "reasoning": {"effort": "none"},
-        "tools": TOOLS, "tool_choice": {"type": "function", "name": "bash"},
-        "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": True}},
-    })
+    req = parse(
+        {
+            "model": "m",
+            "instructions": "be brief",
+            "input": "q",
+            "temperature": 0.5,
+            "top_p": 0.9,
+            "max_output_tokens": 64,
+            "reasoning": {"effort": "none"},
+            "tools": TOOLS,
+            "tool_choice": {"type": "function", "name": "bash"},
+            "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": True}},
+        }
+    )
     assert [(m.role, m.content) for m in req.messages] == [("system", "be brief"), ("user", "q")]
     assert (req.temperature, req.top_p, req.max_tokens, req.thinking) == (0.5, 0.9, 64, False)
     assert req.tool_choice == {"name": "bash"}
-    assert req.response_format == {"type": "json_schema",
-                                   "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": True}}
+    assert req.response_format == {
+        "type": "json_schema",
+        "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": True},
+    }
     assert parse({"model": "m", "input": "q"}).thinking is None
 
 
 def test_assistant_items_fold_into_turns():
-    req = parse({"model": "m", "input": [
-        {"role": "user", "content": "q"},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r1"}]},
-        {"type": "function_call", "name": "a", "arguments": "{}", "call_id": "c1"},
-        {"type": "function_call_output", "call_id": "c1", "output": "o1"},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r2"}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r3"}]},
-        {"type": "message", "role": "assistant", "content": "more"},
-        {"role": "user", "content": [{"type": "input_text", "text": "look"},
-                                     {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]},
-    ]})
+    req = parse(
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "q"},
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r1"}]},
+                {"type": "function_call", "name": "a", "arguments": "{}", "call_id": "c1"},
+                {"type": "function_call_output", "call_id": "c1", "output": "o1"},
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r2"}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]},
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r3"}]},
+                {"type": "message", "role": "assistant", "content": "more"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "look"},
+                        {"type": "input_image", "image_url": "data:image/png;base64,AAAA"},
+                    ],
+                },
+            ],
+        }
+    )
     shape = [(m.role, m.reasoning, m.content, [t.id for t in m.tool_calls]) for m in req.messages]
     assert shape == [
-        ("user", None, "q", []), ("assistant", "r1", "", ["c1"]), ("tool", None, "o1", []),
-        ("assistant", "r2", "done", []), ("assistant", "r3", "more", []),
-        ("user", None, [{"type": "text", "text": "look"},
-                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}], []),
+        ("user", None, "q", []),
+        ("assistant", "r1", "", ["c1"]),
+        ("tool", None, "o1", []),
+        ("assistant", "r2", "done", []),
+        ("assistant", "r3", "more", []),
+        (
+            "user",
+            None,
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ],
+            [],
+        ),
     ]
 
 
-@pytest.mark.parametrize("body, words", [
-    ({"model": "m", "input": [{"type": "function_call", "name": "x", "arguments": "{}"}]}, "call_id"),
-    ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "role"),
-    ({"input": "x"}, "model"),
-    ({"model": "m", "input": 5}, "input"),
-    ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "never stores"),
-    ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
-    ({"model": "m", "input": [{"type": "reasoning", "summary": [], "encrypted_content": "polar:%%%"}]}, "corrupt"),
-    ({"model": "m", "input": "x", "tool_choice": {"type": "web_search"}}, "tool_choice"),
-    ({"model": "m", "input": []}, "no messages"),
-])
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ({"model": "m", "input": [{"type": "function_call", "name": "x", "arguments": "{}"}]}, "call_id"),
+        ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, "role"),
+        ({"input": "x"}, "model"),
+        ({"model": "m", "input": 5}, "input"),
+        ({"model": "m", "input": "x", "previous_response_id": "resp_1"}, "never stores"),
+        ({"model": "m", "input": [{"type": "item_reference", "id": "msg_1"}]}, "item_reference"),
+        ({"model": "m", "input": [{"type": "reasoning", "summary": [], "encrypted_content": "polar:%%%"}]}, "corrupt"),
+        ({"model": "m", "input": "x", "tool_choice": {"type": "web_search"}}, "tool_choice"),
+        ({"model": "m", "input": []}, "no messages"),
+    ],
+)
 def test_malformed_requests_are_refused_with_a_reason(body, words):
     with pytest.raises(RequestInvalid) as exc:
         parse(body)
@@ -372,8 +536,11 @@ def test_malformed_input_is_400_in_openai_shape(proxy, session):
         client(proxy, session).responses.create(model="m", input=[{"type": "function_call", "name": "x"}])
     assert exc.value.body["type"] == "invalid_request_error" and "call_id" in exc.value.body["message"]
     # the route without /v1 answers too
-    r = httpx2.post(proxy.url + "/responses", json={"model": "m", "input": 5},
-                    headers={"authorization": "Bearer " + session["api_key"]})
+    r = httpx2.post(
+        proxy.url + "/responses",
+        json={"model": "m", "input": 5},
+        headers={"authorization": "Bearer " + session["api_key"]},
+    )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     assert records(proxy, session["session_id"]) == []
 
@@ -394,7 +561,10 @@ def test_stream_cut_midway_ends_in_response_failed(proxy, session):
     assert failed.status == "failed" and failed.error.code == "server_error" and failed.error.message
     assert failed.id == events[0].response.id and failed.output[0].status == "incomplete"
     # the SDK's helper refuses to hand out a final response
-    with pytest.raises(RuntimeError, match="response.completed"), c.responses.stream(model="m", input="[fault:cut]") as s:
+    with (
+        pytest.raises(RuntimeError, match="response.completed"),
+        c.responses.stream(model="m", input="[fault:cut]") as s,
+    ):
         s.get_final_response()
     recs = records(proxy, session["session_id"])
     assert len(recs) == 2 and all(r.status not in ("ok", "client_disconnected") for r in recs)

@@ -28,8 +28,13 @@ def test_first_chunk_arrives_before_the_upstream_finishes(case, slow_proxy):
     session = slow_proxy.proxy.sessions.open()
     t0 = time.perf_counter()
     arrivals = []
-    with httpx.stream("POST", slow_proxy.url + case.path(True), json=case.body("hi", True),
-                      headers=case.headers(session.api_key), timeout=10) as r:
+    with httpx.stream(
+        "POST",
+        slow_proxy.url + case.path(True),
+        json=case.body("hi", True),
+        headers=case.headers(session.api_key),
+        timeout=10,
+    ) as r:
         assert r.status_code == 200
         for chunk in r.iter_raw():
             if chunk.strip():

@@ -55,7 +55,10 @@ class Backend:
         body: dict[str, Any] = {"model": self.model, "messages": self.messages(req, splices)}
         if req.tools:
             body["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in req.tools
             ]
             if req.tool_choice is not None:
@@ -171,9 +174,14 @@ class StreamAssembler:
                 call.name += fn["name"]
         args = fn.get("arguments") or ""
         call.arguments += args
-        return Delta(tool_call=ToolCallDelta(
-            index=index, id=call.id if first else None, name=call.name if first else None, arguments=args,
-        ))
+        return Delta(
+            tool_call=ToolCallDelta(
+                index=index,
+                id=call.id if first else None,
+                name=call.name if first else None,
+                arguments=args,
+            )
+        )
 
     def feed_usage(self, usage: dict[str, Any] | None) -> None:
         if usage:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Dialect, StreamRenderer
 from .anthropic import Anthropic
+from .base import Dialect, StreamRenderer
 from .gemini import Gemini
 from .openai_chat import OpenAIChat
 from .openai_responses import OpenAIResponses

@@ -55,8 +55,14 @@ TOOL_ERROR_MARK = "[tool error] "
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "content_filter": "refusal"}
 _ERROR_TYPES = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error", 504: "timeout_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 
@@ -87,8 +93,10 @@ def _overflow_message(upstream: str) -> str:
     if limit is None or prompt is None or (prompt < limit and output is None):
         return f"prompt is too long: {upstream}"
     if prompt < limit:
-        return (f"input length and `max_tokens` exceed context limit: {prompt} + {output} > {limit}, "
-                "decrease input length or `max_tokens` and try again")
+        return (
+            f"input length and `max_tokens` exceed context limit: {prompt} + {output} > {limit}, "
+            "decrease input length or `max_tokens` and try again"
+        )
     return f"prompt is too long: {prompt} tokens > {limit} maximum"
 
 
@@ -347,10 +355,23 @@ class _MessageStream(StreamRenderer):
             return []
         self.started = True
         usage = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
-        return [self._event({"type": "message_start", "message": {
-            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": usage,
-        }})]
+        return [
+            self._event(
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": self.id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self.model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": usage,
+                    },
+                }
+            )
+        ]
 
     def _block_delta(self, delta: dict[str, Any]) -> bytes:
         return self._event({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta})
@@ -418,11 +439,15 @@ class _MessageStream(StreamRenderer):
         out = self._start() + self._close()
         if self.blocks == 0:  # nothing was generated: still a valid, empty text block
             out += self._open("text", {"type": "text", "text": ""}) + self._close()
-        out.append(self._event({
-            "type": "message_delta",
-            "delta": {"stop_reason": _stop_reason(completion), "stop_sequence": None},
-            "usage": _usage(completion),
-        }))
+        out.append(
+            self._event(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": _stop_reason(completion), "stop_sequence": None},
+                    "usage": _usage(completion),
+                }
+            )
+        )
         out.append(self._event({"type": "message_stop"}))
         return out
 

@@ -47,9 +47,18 @@ log = logging.getLogger("nemo_polar.proxy.gemini")
 RAW_ARGUMENTS = "_raw_arguments"  # see the module doc: arguments that are not a JSON object
 
 _STATUS = {
-    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-    409: "ABORTED", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED",
-    500: "INTERNAL", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED",
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
 }
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
 _CHOICE = {"AUTO": "auto", "VALIDATED": "auto", "NONE": "none", "MODE_UNSPECIFIED": None}
@@ -247,8 +256,12 @@ def _image(blob: wire.Blob, where: str) -> dict[str, Any]:
 
 def _no_data(p: wire.Part, where: str) -> None:
     """A part that is neither text, image nor function call/response: refused, or skipped if it holds nothing."""
-    for field, label in (("file_data", "fileData"), ("executable_code", "executableCode"),
-                         ("code_execution_result", "codeExecutionResult"), ("inline_data", "inlineData")):
+    for field, label in (
+        ("file_data", "fileData"),
+        ("executable_code", "executableCode"),
+        ("code_execution_result", "codeExecutionResult"),
+        ("inline_data", "inlineData"),
+    ):
         if getattr(p, field) is not None:
             raise RequestInvalid(f"{where}: {label} parts are not supported here")
     if p.text is not None:  # a thought part in a user turn: nothing a model can be shown

@@ -67,7 +67,10 @@ class OpenAIChat(Dialect):
         return ChatRequest(
             model=req.model,
             messages=[_message(m) for m in req.messages],
-            tools=[Tool(t.function.name, t.function.description or "", t.function.parameters or {}) for t in req.tools or []],
+            tools=[
+                Tool(t.function.name, t.function.description or "", t.function.parameters or {})
+                for t in req.tools or []
+            ],
             tool_choice=_tool_choice(req.tool_choice),
             stream=bool(req.stream),
             max_tokens=req.max_completion_tokens or req.max_tokens,
@@ -133,13 +136,15 @@ class _ChatStream(StreamRenderer):
         self.started = False
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return sse({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-        })
+        return sse(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+            }
+        )
 
     def _open(self) -> list[bytes]:
         if self.started:
@@ -168,10 +173,18 @@ class _ChatStream(StreamRenderer):
         out = self._open()
         out.append(self._chunk({}, completion.finish_reason))
         if self.include_usage:
-            out.append(sse({
-                "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [], "usage": _usage(completion),
-            }))
+            out.append(
+                sse(
+                    {
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": _usage(completion),
+                    }
+                )
+            )
         out.append(b"data: [DONE]\n\n")
         return out
 

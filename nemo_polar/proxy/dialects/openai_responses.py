@@ -58,9 +58,11 @@ def decode_reasoning(blob: str) -> str | None:
     if not blob.startswith(REASONING_PREFIX):
         return None
     try:
-        return base64.b64decode(blob[len(REASONING_PREFIX):], validate=True).decode()
+        return base64.b64decode(blob[len(REASONING_PREFIX) :], validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
-        raise RequestInvalid("reasoning item: encrypted_content starts with 'polar:' but is not ours (corrupt)") from None
+        raise RequestInvalid(
+            "reasoning item: encrypted_content starts with 'polar:' but is not ours (corrupt)"
+        ) from None
 
 
 def flat_name(namespace: str, name: str) -> str:
@@ -81,7 +83,9 @@ def _parts(parts: list[Any], where: str) -> list[dict[str, Any]]:
             out.append({"type": "text", "text": p.refusal})
         elif isinstance(p, wire.InputImage):
             if not p.image_url:
-                raise RequestInvalid(f"{where}: input_image needs image_url (file ids need storage this server does not keep)")
+                raise RequestInvalid(
+                    f"{where}: input_image needs image_url (file ids need storage this server does not keep)"
+                )
             image: dict[str, Any] = {"url": p.image_url}
             if p.detail:
                 image["detail"] = p.detail
@@ -168,7 +172,9 @@ def _messages(req: wire.ResponsesRequest) -> list[Message]:
         elif isinstance(item, wire.FunctionCallOutputItem):
             h.add(Message(role="tool", content=_content(item.output, where), tool_call_id=item.call_id))
         elif item.type == "item_reference":
-            raise RequestInvalid(f"{where}: item_reference needs stored items; this server stores nothing, send the item itself")
+            raise RequestInvalid(
+                f"{where}: item_reference needs stored items; this server stores nothing, send the item itself"
+            )
         else:
             log.warning("%s: dropped a %r item (not something the model can be shown)", where, item.type)
     h.flush()
@@ -196,7 +202,11 @@ def _tools(defs: list[Any]) -> tuple[list[Tool], dict[str, list[str]]]:
                     spaced[flat] = [d.name, t.name]
                     tools.append(_tool(flat, t))
                 else:
-                    log.warning("tools: dropped a %r tool inside namespace %r (only function tools are offered)", t.type, d.name)
+                    log.warning(
+                        "tools: dropped a %r tool inside namespace %r (only function tools are offered)",
+                        t.type,
+                        d.name,
+                    )
         elif d.type.startswith(_SERVER_TOOLS):
             log.debug("tools: dropped the server-side %r tool (OpenAI runs it, not the harness)", d.type)
         else:
@@ -204,7 +214,9 @@ def _tools(defs: list[Any]) -> tuple[list[Tool], dict[str, list[str]]]:
     seen: set[str] = set()
     for t in tools:
         if t.name in seen:
-            raise RequestInvalid(f"tools: more than one tool is named {t.name!r} (namespaces are flattened as ns__name)")
+            raise RequestInvalid(
+                f"tools: more than one tool is named {t.name!r} (namespaces are flattened as ns__name)"
+            )
         seen.add(t.name)
     return tools, spaced
 
@@ -270,7 +282,9 @@ def _echo(req: wire.ResponsesRequest) -> dict[str, Any]:
         "metadata": req.metadata or {},
         "parallel_tool_calls": True if req.parallel_tool_calls is None else req.parallel_tool_calls,
         "prompt_cache_key": req.prompt_cache_key,
-        "reasoning": req.reasoning.model_dump(exclude_none=False) if req.reasoning else {"effort": None, "summary": None},
+        "reasoning": req.reasoning.model_dump(exclude_none=False)
+        if req.reasoning
+        else {"effort": None, "summary": None},
         "temperature": req.temperature,
         "text": req.text.model_dump(by_alias=True, exclude_none=True) if req.text else {"format": {"type": "text"}},
         "tool_choice": req.tool_choice if req.tool_choice is not None else "auto",
@@ -346,8 +360,14 @@ def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
 
 
 def _call_item(item_id: str, call: ToolCall, spaced: dict[str, list[str]], status: str) -> dict[str, Any]:
-    item = {"id": item_id, "type": "function_call", "status": status, "call_id": call.id, "name": call.name,
-            "arguments": call.arguments}
+    item = {
+        "id": item_id,
+        "type": "function_call",
+        "status": status,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+    }
     if call.name in spaced:  # Codex routes a namespaced tool by both fields
         item["namespace"], item["name"] = spaced[call.name]
     return item
@@ -370,7 +390,9 @@ def _usage(c: Completion) -> dict[str, Any]:
 
 
 def _failure(err: PolarError) -> dict[str, Any]:
-    """A failed response's `error`: Codex reads `context_length_exceeded` as a full context, anything else as retryable."""
+    """A failed response's `error`.
+
+    Codex reads `context_length_exceeded` as a full context, anything else as retryable."""
     detail = openai_error(err)["error"]
     code = "context_length_exceeded" if isinstance(err, ContextOverflow) else "server_error"
     return {"code": code, "message": err.message, "type": detail["type"], "param": None}
@@ -385,8 +407,15 @@ class _Frame:
         self.model = request.model
         self.echo = request.hints.get("echo", {})
 
-    def response(self, status: str, output: list[dict[str, Any]], *, usage: dict[str, Any] | None = None,
-                 incomplete: dict[str, str] | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    def response(
+        self,
+        status: str,
+        output: list[dict[str, Any]],
+        *,
+        usage: dict[str, Any] | None = None,
+        incomplete: dict[str, str] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id,
             "object": "response",
@@ -442,7 +471,10 @@ class _ResponsesStream(StreamRenderer):
             return []
         self.started = True
         snapshot = self.frame.response("in_progress", [])
-        return [self._event("response.created", response=snapshot), self._event("response.in_progress", response=snapshot)]
+        return [
+            self._event("response.created", response=snapshot),
+            self._event("response.in_progress", response=snapshot),
+        ]
 
     def _open(self, kind: str, prefix: str, added: dict[str, Any]) -> list[bytes]:
         out = self._close("completed")
@@ -465,12 +497,20 @@ class _ResponsesStream(StreamRenderer):
             return []
         ids, text = self._ids(), self.buf
         if self.kind == "reasoning":
-            out = [self._event("response.reasoning_summary_text.done", **ids, summary_index=0, text=text),
-                   self._event("response.reasoning_summary_part.done", **ids, summary_index=0,
-                               part={"type": "summary_text", "text": text})]
+            out = [
+                self._event("response.reasoning_summary_text.done", **ids, summary_index=0, text=text),
+                self._event(
+                    "response.reasoning_summary_part.done",
+                    **ids,
+                    summary_index=0,
+                    part={"type": "summary_text", "text": text},
+                ),
+            ]
         elif self.kind == "message":
-            out = [self._event("response.output_text.done", **ids, content_index=0, text=text, logprobs=[]),
-                   self._event("response.content_part.done", **ids, content_index=0, part=_text_part(text))]
+            out = [
+                self._event("response.output_text.done", **ids, content_index=0, text=text, logprobs=[]),
+                self._event("response.content_part.done", **ids, content_index=0, part=_text_part(text)),
+            ]
         else:
             out = [self._event("response.function_call_arguments.done", **ids, arguments=text)]
             self.closed_calls.add(self.call_index)  # type: ignore[arg-type]
@@ -483,8 +523,14 @@ class _ResponsesStream(StreamRenderer):
         out: list[bytes] = []
         if self.kind != "reasoning":
             out += self._open("reasoning", "rs", {"type": "reasoning", "summary": [], "status": "in_progress"})
-            out.append(self._event("response.reasoning_summary_part.added", **self._ids(), summary_index=0,
-                                   part={"type": "summary_text", "text": ""}))
+            out.append(
+                self._event(
+                    "response.reasoning_summary_part.added",
+                    **self._ids(),
+                    summary_index=0,
+                    part={"type": "summary_text", "text": ""},
+                )
+            )
         self.buf += text
         out.append(self._event("response.reasoning_summary_text.delta", **self._ids(), summary_index=0, delta=text))
         return out
@@ -492,8 +538,9 @@ class _ResponsesStream(StreamRenderer):
     def _text(self, text: str) -> list[bytes]:
         out: list[bytes] = []
         if self.kind != "message":
-            out += self._open("message", "msg", {"type": "message", "status": "in_progress", "role": "assistant",
-                                                 "content": []})
+            out += self._open(
+                "message", "msg", {"type": "message", "status": "in_progress", "role": "assistant", "content": []}
+            )
             out.append(self._event("response.content_part.added", **self._ids(), content_index=0, part=_text_part("")))
         self.buf += text
         out.append(self._event("response.output_text.delta", **self._ids(), content_index=0, delta=text, logprobs=[]))
@@ -503,7 +550,9 @@ class _ResponsesStream(StreamRenderer):
         out: list[bytes] = []
         if self.kind != "call" or self.call_index != t.index:
             if t.index in self.closed_calls:  # the upstream went back to a finished call: nothing valid to send
-                log.warning("tool call %d got arguments after its item was closed; they are in the record only", t.index)
+                log.warning(
+                    "tool call %d got arguments after its item was closed; they are in the record only", t.index
+                )
                 return []
             call = ToolCall(t.id or f"call_{t.index}", t.name or "", "")
             added = _call_item("", call, self.spaced, "in_progress")

@@ -8,8 +8,6 @@ from .mini_swe_agent import MiniSweAgent
 from .pi import Pi
 from .qwen_code import QwenCode
 
-HARNESSES: dict[str, type[Harness]] = {
-    h.name: h for h in (Codex, ClaudeCode, QwenCode, GeminiCli, Pi, MiniSweAgent)
-}
+HARNESSES: dict[str, type[Harness]] = {h.name: h for h in (Codex, ClaudeCode, QwenCode, GeminiCli, Pi, MiniSweAgent)}
 
 __all__ = ["HARNESSES", "Endpoint", "Harness", "Launch"]

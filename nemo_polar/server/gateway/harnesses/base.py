@@ -24,7 +24,7 @@ class Launch:
     env: dict[str, str]
     files: dict[str, str] = field(default_factory=dict)  # path relative to HOME -> content
 
-    def write_files(self, home: Path) -> None:
+    def write_files(self, home: Path) -> None:  # home must be absolute: harnesses run elsewhere
         for rel, content in self.files.items():
             path = home / rel
             path.parent.mkdir(parents=True, exist_ok=True)

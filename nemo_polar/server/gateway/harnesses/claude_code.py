@@ -12,13 +12,31 @@ class ClaudeCode(Harness):
     dialects = ("anthropic",)
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
-        argv = [str(TOOLS / "node/bin/claude"), "-p", task, "--model", endpoint.model, "--output-format", "json",
-                "--max-turns", str(max_steps), "--allowedTools", "Bash,Read,Edit,Write"]
+        argv = [
+            str(TOOLS / "node/bin/claude"),
+            "-p",
+            task,
+            "--model",
+            endpoint.model,
+            "--output-format",
+            "json",
+            "--max-turns",
+            str(max_steps),
+            "--allowedTools",
+            "Bash,Read,Edit,Write",
+        ]
         m = endpoint.model
         env = self.base_env(home) | {
-            "ANTHROPIC_BASE_URL": endpoint.base_url, "ANTHROPIC_API_KEY": endpoint.api_key,
-            "ANTHROPIC_MODEL": m, "ANTHROPIC_SMALL_FAST_MODEL": m, "ANTHROPIC_DEFAULT_HAIKU_MODEL": m,
-            "ANTHROPIC_DEFAULT_SONNET_MODEL": m, "ANTHROPIC_DEFAULT_OPUS_MODEL": m, "CLAUDE_CODE_SUBAGENT_MODEL": m,
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+            "ANTHROPIC_BASE_URL": endpoint.base_url,
+            "ANTHROPIC_API_KEY": endpoint.api_key,
+            "ANTHROPIC_MODEL": m,
+            "ANTHROPIC_SMALL_FAST_MODEL": m,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": m,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": m,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": m,
+            "CLAUDE_CODE_SUBAGENT_MODEL": m,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
         }
         return Launch(argv, env)

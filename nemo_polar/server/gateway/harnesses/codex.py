@@ -12,11 +12,25 @@ class Codex(Harness):
     dialects = ("openai_responses",)
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
-        provider = (f'model_providers.polar={{name="polar",base_url="{endpoint.base_url}/v1",'
-                    f'wire_api="responses",env_key="POLAR_API_KEY"}}')
+        provider = (
+            f'model_providers.polar={{name="polar",base_url="{endpoint.base_url}/v1",'
+            f'wire_api="responses",env_key="POLAR_API_KEY"}}'
+        )
         argv = [
-            str(TOOLS / "node/bin/codex"), "exec", "--skip-git-repo-check", "-s", "workspace-write",
-            "-m", endpoint.model, "-c", "model_provider=polar", "-c", provider, "--cd", str(workdir), task,
+            str(TOOLS / "node/bin/codex"),
+            "exec",
+            "--skip-git-repo-check",
+            "-s",
+            "workspace-write",
+            "-m",
+            endpoint.model,
+            "-c",
+            "model_provider=polar",
+            "-c",
+            provider,
+            "--cd",
+            str(workdir),
+            task,
         ]
         env = self.base_env(home) | {"CODEX_HOME": str(home / ".codex"), "POLAR_API_KEY": endpoint.api_key}
-        return Launch(argv, env, {".codex/config.toml": 'check_for_update_on_startup = false\n'})
+        return Launch(argv, env, {".codex/config.toml": "check_for_update_on_startup = false\n"})

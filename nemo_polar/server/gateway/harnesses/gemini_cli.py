@@ -13,8 +13,12 @@ class GeminiCli(Harness):
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         argv = [str(TOOLS / "node/bin/gemini"), "-p", task, "-m", endpoint.model, "--yolo"]
-        settings = {"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
-                    "general": {"disableAutoUpdate": True}, "privacy": {"usageStatisticsEnabled": False},
-                    "model": {"maxSessionTurns": max_steps}, "telemetry": {"enabled": False}}
+        settings = {
+            "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+            "general": {"disableAutoUpdate": True},
+            "privacy": {"usageStatisticsEnabled": False},
+            "model": {"maxSessionTurns": max_steps},
+            "telemetry": {"enabled": False},
+        }
         env = self.base_env(home) | {"GEMINI_API_KEY": endpoint.api_key, "GOOGLE_GEMINI_BASE_URL": endpoint.base_url}
         return Launch(argv, env, {".gemini/settings.json": dump(settings)})

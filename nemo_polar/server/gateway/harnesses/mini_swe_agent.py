@@ -12,13 +12,31 @@ class MiniSweAgent(Harness):
     dialects = ("openai_chat",)
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
-        argv = [str(TOOLS / "mini/bin/mini"), "-t", task, "-m", f"openai/{endpoint.model}", "-y",
-                "--exit-immediately", "-l", "0", "-c", "mini.yaml",
-                "-c", f"model.model_kwargs.api_base={endpoint.base_url}/v1",
-                "-c", f"agent.step_limit={max_steps}", "-c", "model.cost_tracking=ignore_errors",
-                "-o", str(home / "trajectory.json")]
+        argv = [
+            str(TOOLS / "mini/bin/mini"),
+            "-t",
+            task,
+            "-m",
+            f"openai/{endpoint.model}",
+            "-y",
+            "--exit-immediately",
+            "-l",
+            "0",
+            "-c",
+            "mini.yaml",
+            "-c",
+            f"model.model_kwargs.api_base={endpoint.base_url}/v1",
+            "-c",
+            f"agent.step_limit={max_steps}",
+            "-c",
+            "model.cost_tracking=ignore_errors",
+            "-o",
+            str(home / "trajectory.json"),
+        ]
         env = self.base_env(home) | {
-            "OPENAI_API_KEY": endpoint.api_key, "MSWEA_CONFIGURED": "true",  # no set-up wizard
-            "MSWEA_GLOBAL_CONFIG_DIR": str(home / ".mini"), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OPENAI_API_KEY": endpoint.api_key,
+            "MSWEA_CONFIGURED": "true",  # no set-up wizard
+            "MSWEA_GLOBAL_CONFIG_DIR": str(home / ".mini"),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         return Launch(argv, env)
