@@ -11,6 +11,7 @@
     │   ├── ContextOverflow     the prompt does not fit the model (400, context_length_exceeded)
     │   └── InvalidUpstream     an answer without token ids or logprobs: untrainable, never silent (502)
     ├── Paused                  generation is paused for a weight update and did not resume in time (503)
+    ├── TraceBuildError         records cannot become a faithful trace (e.g. a sampled span without logprobs)
     └── ConfigError             a configuration key or value is wrong (names the key)
 
 Each dialect renders any of these in its own error shape (`Dialect.render_error`); `kind` is the
@@ -86,6 +87,10 @@ class InvalidUpstream(UpstreamError):
 class Paused(PolarError):
     status_code = 503
     kind = "paused"
+
+
+class TraceBuildError(PolarError, ValueError):
+    kind = "trace_build"
 
 
 class ConfigError(PolarError, ValueError):

@@ -1,0 +1,68 @@
+"""Training traces from a session's CompletionRecords: builders, drift analysis, exports."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ..errors import ConfigError
+from ..records import CompletionRecord
+from .builders import end_of_turn, per_request, prefix_tree, trainable
+from .models import BuildResult, BuildStats, DriftEvent, Segment, Trace
+
+BUILDERS = ("per_request", "prefix_tree")
+
+
+def build(records: list[CompletionRecord], builder: str = "prefix_tree", *, tokenizer=None,
+          eot_token_id: int | None = None, max_tokens: int | None = None, repair: bool = True) -> BuildResult:
+    if builder not in BUILDERS:
+        raise ConfigError(f"builder: {builder!r} is not one of {BUILDERS}")
+    stats = BuildStats()
+    kept = trainable(records, stats)
+    events: list[DriftEvent] = []
+    if builder == "per_request":
+        traces = per_request(kept, stats)
+    else:
+        eot = end_of_turn(kept, tokenizer, eot_token_id)
+        traces = prefix_tree(kept, stats, events, eot, tokenizer, repair)
+    if max_tokens is not None:
+        traces = [keep_causal_prefix(t, max_tokens) for t in traces]
+    stats.traces = len(traces)
+    stats.drift = dict(Counter(e.cause for e in events))
+    stats.repaired = dict(Counter(e.cause for e in events if e.repaired))
+    stats.trace_tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in traces)
+    stats.unique_tokens = unique_tokens(traces)
+    stats.trained_tokens = sum(t.trained_tokens for t in traces)
+    stats.truncated = sum(bool(t.metadata.get("truncated")) for t in traces)
+    return BuildResult(builder=builder, traces=traces, stats=stats, drift_events=events)
+
+
+def keep_causal_prefix(trace: Trace, max_tokens: int) -> Trace:
+    """An over-long trace keeps its prompt and the first response tokens; the prompt is never cut."""
+    room = max(0, max_tokens - len(trace.prompt_ids))
+    if len(trace.response_ids) <= room:
+        return trace
+    segments = [s.model_copy(update={"end": min(s.end, room)}) for s in trace.segments if s.start < room]
+    return trace.model_copy(update={
+        "response_ids": trace.response_ids[:room], "loss_mask": trace.loss_mask[:room],
+        "response_logprobs": trace.response_logprobs[:room], "segments": segments,
+        "record_ids": [s.record_id for s in segments],
+        "metadata": trace.metadata | {"truncated": True, "dropped_tokens": len(trace.response_ids) - room},
+    })
+
+
+def unique_tokens(traces: list[Trace]) -> int:
+    """Distinct positions over all traces (a trie count): the floor for what a trainer must process."""
+    root: dict = {}
+    count = 0
+    for t in traces:
+        node = root
+        for tok in t.prompt_ids + t.response_ids:
+            nxt = node.get(tok)
+            if nxt is None:
+                nxt = node[tok] = {}
+                count += 1
+            node = nxt
+    return count
+
+
+__all__ = ["BUILDERS", "BuildResult", "BuildStats", "DriftEvent", "Segment", "Trace", "build"]

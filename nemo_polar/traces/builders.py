@@ -1,0 +1,181 @@
+"""Builders: a session's CompletionRecords -> training traces.
+
+`per_request`: one trace per call. Simple, and what a trainer pays for in the square of the number
+of turns, since every call repeats the growing prompt.
+
+`prefix_tree`: every call is placed in a tree of calls, independent of arrival order. A call's
+parent is the call whose prompt + sampled tokens its own prompt extends (the longest such); its
+path is the parent's path followed by its new prompt tokens and its own sampled tokens. Calls
+whose prompt drifted from the parent's (see drift.py) are re-attached after the parent's raw
+sampled tokens when the drift is a template quirk, and start a new chain otherwise. Each leaf of
+the tree is one trace: sampled spans carry mask 1 and their recorded logprobs, everything between
+them mask 0, and a span shared by several leaves is trained in the first of them only, so every
+sampled token is trained exactly once. Compaction and sub-agents add chains; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import TraceBuildError
+from ..records import CompletionRecord
+from .drift import REPAIRABLE, align
+from .models import BuildResult, BuildStats, DriftEvent, Repair, Segment, Trace
+
+_CLOSING = ("stop", "tool_calls", "stop_sequence", "end_turn")
+
+
+@dataclass
+class _Node:
+    record: CompletionRecord
+    path: list[int]  # every token up to and including this call's sample
+    span: tuple[int, int]  # this call's sampled tokens in `path`
+    parent: _Node | None = None
+    children: list[_Node] = field(default_factory=list)
+    repair: Repair | None = None
+
+    def chain(self) -> list[_Node]:
+        nodes, node = [], self
+        while node is not None:
+            nodes.append(node)
+            node = node.parent
+        return nodes[::-1]
+
+
+def trainable(records: list[CompletionRecord], stats: BuildStats) -> list[CompletionRecord]:
+    """The ok records with sampled tokens; a sampled span without aligned logprobs is an error."""
+    kept = []
+    skipped: Counter[str] = Counter()
+    for r in records:
+        if r.status != "ok" or not r.prompt_token_ids:
+            skipped[r.status if r.status != "ok" else "no_prompt_ids"] += 1
+            continue
+        if len(r.completion_logprobs) != len(r.completion_token_ids):
+            raise TraceBuildError(
+                f"record {r.id} (session {r.session_id}, call {r.seq}) has {len(r.completion_token_ids)} sampled "
+                f"tokens but {len(r.completion_logprobs)} logprobs: its tokens cannot be trained faithfully"
+            )
+        if not r.completion_token_ids:
+            skipped["empty_completion"] += 1
+            continue
+        kept.append(r)
+    stats.records, stats.trainable, stats.skipped = len(records), len(kept), dict(skipped)
+    return kept
+
+
+def end_of_turn(records: list[CompletionRecord], tokenizer=None, eot_token_id: int | None = None) -> int | None:
+    """The end-of-turn token: given, or the last sampled token of calls that ended on their own."""
+    if eot_token_id is not None:
+        return eot_token_id
+    ends = Counter(r.completion_token_ids[-1] for r in records if r.finish_reason in _CLOSING and r.completion_token_ids)
+    if ends:
+        return ends.most_common(1)[0][0]
+    return getattr(tokenizer, "eos_token_id", None)
+
+
+def per_request(records: list[CompletionRecord], stats: BuildStats) -> list[Trace]:
+    traces = []
+    for r in records:
+        n = len(r.completion_token_ids)
+        traces.append(Trace(
+            prompt_ids=list(r.prompt_token_ids), response_ids=list(r.completion_token_ids), loss_mask=[1] * n,
+            response_logprobs=list(r.completion_logprobs), record_ids=[r.id],
+            segments=[Segment(record_id=r.id, start=0, end=n, trained=True)],
+            metadata={"finish_reason": r.finish_reason, "seq": [r.seq]},
+        ))
+    stats.roots = len(records)
+    return traces
+
+
+def prefix_tree(records: list[CompletionRecord], stats: BuildStats, events: list[DriftEvent], eot: int | None,
+                tokenizer=None, repair: bool = True) -> list[Trace]:
+    # prompt length first: a parent's prompt + sample is shorter than its children's prompts
+    ordered = sorted(records, key=lambda r: (len(r.prompt_token_ids), r.prompt_token_ids, r.completion_token_ids, r.id))
+    nodes: list[_Node] = []
+    for r in ordered:
+        nodes.append(_place(r, nodes, events, eot, tokenizer, repair))
+    stats.roots = sum(n.parent is None for n in nodes)
+    stats.merged = len(nodes) - stats.roots
+    return _traces([n for n in nodes if not n.children])
+
+
+def _place(r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eot: int | None, tokenizer,
+           repair: bool) -> _Node:
+    prompt, sample = r.prompt_token_ids, r.completion_token_ids
+    exact = [n for n in nodes if _extends(prompt, n.record)]
+    if exact:
+        parent = max(exact, key=lambda n: len(n.record.prompt_token_ids) + len(n.record.completion_token_ids))
+        seen = len(parent.record.prompt_token_ids) + len(parent.record.completion_token_ids)
+        return _attach(r, parent, prompt[seen:])
+    parent, found = _closest(prompt, nodes, eot, tokenizer)
+    if parent is None or found is None:
+        return _root(r)
+    fixable = repair and found.cause in REPAIRABLE and found.resume is not None
+    events.append(DriftEvent(record_id=r.id, parent_id=parent.record.id, position=found.position,
+                             cause=found.cause or "unknown", repaired=fixable, detail=found.detail))
+    if not fixable:
+        return _root(r)
+    glue = ([eot] if found.close_turn and eot is not None else []) + prompt[found.resume:]
+    node = _attach(r, parent, glue)
+    node.repair = Repair(record_id=r.id, cause=found.cause, detail=found.detail)
+    return node
+
+
+def _extends(prompt: list[int], parent: CompletionRecord) -> bool:
+    p, s = parent.prompt_token_ids, parent.completion_token_ids
+    n = len(p) + len(s)
+    return n < len(prompt) + 1 and prompt[:len(p)] == p and prompt[len(p):n] == s
+
+
+def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
+    """The earlier call this prompt shares the most with, and how it diverges; None when it shares nothing."""
+    best, best_alignment = None, None
+    for n in nodes:
+        a = align(n.record.prompt_token_ids, n.record.completion_token_ids, prompt, eot, tokenizer)
+        if a.position == len(prompt):  # the same or a shorter prompt: a retry or a sibling, not drift
+            continue
+        if best_alignment is None or a.position > best_alignment.position:
+            best, best_alignment = n, a
+    if best_alignment is None or best_alignment.position == 0:
+        return None, None
+    return best, best_alignment
+
+
+def _root(r: CompletionRecord) -> _Node:
+    start = len(r.prompt_token_ids)
+    return _Node(r, r.prompt_token_ids + r.completion_token_ids, (start, start + len(r.completion_token_ids)))
+
+
+def _attach(r: CompletionRecord, parent: _Node, glue: list[int]) -> _Node:
+    start = len(parent.path) + len(glue)
+    node = _Node(r, parent.path + glue + r.completion_token_ids, (start, start + len(r.completion_token_ids)), parent)
+    parent.children.append(node)
+    return node
+
+
+def _traces(leaves: list[_Node]) -> list[Trace]:
+    leaves = sorted(leaves, key=lambda n: (n.chain()[0].record.seq, n.record.seq, n.record.id))
+    trained: set[str] = set()
+    traces = []
+    for leaf in leaves:
+        chain = leaf.chain()
+        prompt_len = chain[0].span[0]
+        mask = [0] * (len(leaf.path) - prompt_len)
+        logprobs = [0.0] * len(mask)
+        segments = []
+        for node in chain:
+            start, end = node.span[0] - prompt_len, node.span[1] - prompt_len
+            first = node.record.id not in trained
+            if first:
+                trained.add(node.record.id)
+                mask[start:end] = [1] * (end - start)
+                logprobs[start:end] = node.record.completion_logprobs
+            segments.append(Segment(record_id=node.record.id, start=start, end=end, trained=first))
+        traces.append(Trace(
+            prompt_ids=leaf.path[:prompt_len], response_ids=leaf.path[prompt_len:], loss_mask=mask,
+            response_logprobs=logprobs, record_ids=[n.record.id for n in chain], segments=segments,
+            metadata={"finish_reason": leaf.record.finish_reason, "seq": [n.record.seq for n in chain],
+                      "repairs": [n.repair.model_dump() for n in chain if n.repair is not None]},
+        ))
+    return traces

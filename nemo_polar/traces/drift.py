@@ -1,0 +1,152 @@
+"""Where and why a call's prompt stops extending an earlier call's prompt + completion.
+
+`align(parent, prompt)` compares a call's prompt with what an earlier call really saw and sampled
+(`seen` = its prompt + its sampled tokens). Three outcomes:
+- an exact extension: the chain continues, nothing to explain;
+- a divergence that is only a template quirk: the call is re-attached after the parent's own
+  sampled tokens (`resume` = where the call's prompt continues after its re-rendering of that turn);
+- a divergence that changes the history the model saw: the call starts a new chain.
+
+Causes: reasoning_removed, think_block_inserted, header_line, tool_args_reserialised and
+retokenization are template quirks (repairable); compaction, system_prompt and unknown are not.
+The token-level decision (where the divergence lies relative to the parent's last end-of-turn)
+needs no tokenizer; naming the cause of a final-turn divergence uses one when given.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+REPAIRABLE = frozenset({"reasoning_removed", "think_block_inserted", "header_line", "tool_args_reserialised",
+                        "retokenization"})
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+_THINK = re.compile(r"<think>.*?</think>\s*", re.S)
+_RESYNC_WINDOW, _MAX_REPLACED, _MAX_SHIFT = 16, 96, 96
+
+
+@dataclass(frozen=True)
+class Alignment:
+    position: int  # first index where the call's prompt differs from the parent's seen tokens
+    cause: str | None  # None: an exact extension
+    resume: int | None  # index in the call's prompt where the chain continues; None: fork
+    close_turn: bool = False  # the parent's sample has no end-of-turn: one must be inserted
+    detail: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.cause is None
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    lo = 0
+    step = 512
+    while lo + step <= n and a[lo:lo + step] == b[lo:lo + step]:  # C-speed blocks, then token by token
+        lo += step
+    while lo < n and a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+def _index(seq: list[int], token: int | None, start: int, end: int | None = None) -> int:
+    if token is None:
+        return -1
+    try:
+        return seq.index(token, start, len(seq) if end is None else end)
+    except ValueError:
+        return -1
+
+
+def align(parent_prompt: list[int], parent_sample: list[int], prompt: list[int], eot: int | None,
+          tokenizer=None) -> Alignment:
+    seen = parent_prompt + parent_sample
+    d = common_prefix(prompt, seen)
+    if d == len(seen):
+        return Alignment(d, None, len(seen))
+    last_turn_start = _last_eot(parent_prompt, eot) + 1
+    if d >= last_turn_start:  # inside the parent's final turn (generation prompt or sample)
+        return _final_turn(parent_prompt, parent_sample, prompt, d, eot, tokenizer, shift=0)
+    shift = _resync(seen[:len(parent_prompt)], prompt, d)
+    if shift is not None:  # one local change in the history, the rest identical
+        start = len(parent_prompt) + shift
+        d2 = start + common_prefix(prompt[start:], parent_sample)
+        turn = _final_turn(parent_prompt, parent_sample, prompt, d2, eot, tokenizer, shift)
+        detail = _text(tokenizer, seen[d:d + 48]).split("\n")[0][:120]
+        if turn.resume is None:
+            return Alignment(d, "unknown", None, detail="history changed locally and the last turn differs")
+        return Alignment(d, "header_line", turn.resume, turn.close_turn, detail)
+    cause = "system_prompt" if _index(seen, eot, 0, d) < 0 else "compaction"
+    return Alignment(d, cause, None, detail=f"history differs from token {d} on")
+
+
+def _last_eot(tokens: list[int], eot: int | None) -> int:
+    if eot is None:
+        return -1
+    for i in range(len(tokens) - 1, -1, -1):
+        if tokens[i] == eot:
+            return i
+    return -1
+
+
+def _final_turn(parent_prompt: list[int], sample: list[int], prompt: list[int], d: int, eot: int | None,
+                tokenizer, shift: int) -> Alignment:
+    """The divergence lies in the parent's last turn: find where the call's re-rendering of it ends."""
+    turn_start = len(parent_prompt) + shift
+    if d == turn_start + len(sample):  # the whole turn matched (only possible after a shift)
+        return Alignment(d, None, d)
+    end = _index(prompt, eot, d)
+    if end < 0:
+        return Alignment(d, "unknown", None, detail="no end-of-turn after the divergence")
+    close = not sample or sample[-1] != eot
+    if d < turn_start:  # glue in the generation prompt that the re-rendered history lacks
+        return Alignment(d, "think_block_inserted", end + 1, close, _text(tokenizer, parent_prompt[d - shift:]))
+    cause = _name_turn_change(sample, prompt[turn_start:end], eot, tokenizer)
+    return Alignment(d, cause, end + 1 if cause in REPAIRABLE else None, close)
+
+
+def _name_turn_change(sample: list[int], rendered: list[int], eot: int | None, tokenizer) -> str:
+    if tokenizer is None:
+        return "retokenization"  # unnamed without a tokenizer: the same turn, re-rendered
+    body = sample[:-1] if sample and sample[-1] == eot else sample
+    said, shown = _text(tokenizer, body), _text(tokenizer, rendered)
+    if said == shown:
+        return "retokenization"
+    if "<think>" in said and _THINK.sub("", said).strip() == _THINK.sub("", shown).strip():
+        return "reasoning_removed"
+    if _same_tool_calls(_THINK.sub("", said), _THINK.sub("", shown)):
+        return "tool_args_reserialised"
+    return "unknown"
+
+
+def _same_tool_calls(said: str, shown: str) -> bool:
+    a, b = _TOOL_CALL.findall(said), _TOOL_CALL.findall(shown)
+    if not a or len(a) != len(b) or _TOOL_CALL.sub("", said).strip() != _TOOL_CALL.sub("", shown).strip():
+        return False
+    try:
+        return [json.loads(x) for x in a] == [json.loads(x) for x in b]
+    except json.JSONDecodeError:
+        return False
+
+
+def _resync(history: list[int], prompt: list[int], d: int) -> int | None:
+    """Shift s such that history[d+w:] == prompt[d+w+s:...] for a small replaced span w, or None."""
+    for w in range(1, _MAX_REPLACED):
+        a = d + w
+        if a + _RESYNC_WINDOW > len(history):
+            break
+        probe = history[a:a + _RESYNC_WINDOW]
+        for s in range(-min(_MAX_SHIFT, w), _MAX_SHIFT + 1):
+            b = a + s
+            if b < d or prompt[b:b + _RESYNC_WINDOW] != probe:
+                continue
+            if prompt[b:b + len(history) - a] == history[a:]:
+                return s
+    return None
+
+
+def _text(tokenizer, ids: list[int]) -> str:
+    if tokenizer is None:
+        return ""
+    return tokenizer.decode(ids, skip_special_tokens=False)
