@@ -12,8 +12,15 @@ from .models import BuildResult, BuildStats, DriftEvent, Segment, Trace
 BUILDERS = ("per_request", "prefix_tree")
 
 
-def build(records: list[CompletionRecord], builder: str = "prefix_tree", *, tokenizer=None,
-          eot_token_id: int | None = None, max_tokens: int | None = None, repair: bool = True) -> BuildResult:
+def build(
+    records: list[CompletionRecord],
+    builder: str = "prefix_tree",
+    *,
+    tokenizer=None,
+    eot_token_id: int | None = None,
+    max_tokens: int | None = None,
+    repair: bool = True,
+) -> BuildResult:
     if builder not in BUILDERS:
         raise ConfigError(f"builder: {builder!r} is not one of {BUILDERS}")
     stats = BuildStats()
@@ -42,12 +49,16 @@ def keep_causal_prefix(trace: Trace, max_tokens: int) -> Trace:
     if len(trace.response_ids) <= room:
         return trace
     segments = [s.model_copy(update={"end": min(s.end, room)}) for s in trace.segments if s.start < room]
-    return trace.model_copy(update={
-        "response_ids": trace.response_ids[:room], "loss_mask": trace.loss_mask[:room],
-        "response_logprobs": trace.response_logprobs[:room], "segments": segments,
-        "record_ids": [s.record_id for s in segments],
-        "metadata": trace.metadata | {"truncated": True, "dropped_tokens": len(trace.response_ids) - room},
-    })
+    return trace.model_copy(
+        update={
+            "response_ids": trace.response_ids[:room],
+            "loss_mask": trace.loss_mask[:room],
+            "response_logprobs": trace.response_logprobs[:room],
+            "segments": segments,
+            "record_ids": [s.record_id for s in segments],
+            "metadata": trace.metadata | {"truncated": True, "dropped_tokens": len(trace.response_ids) - room},
+        }
+    )
 
 
 def unique_tokens(traces: list[Trace]) -> int:

@@ -68,7 +68,9 @@ def end_of_turn(records: list[CompletionRecord], tokenizer=None, eot_token_id: i
     """The end-of-turn token: given, or the last sampled token of calls that ended on their own."""
     if eot_token_id is not None:
         return eot_token_id
-    ends = Counter(r.completion_token_ids[-1] for r in records if r.finish_reason in _CLOSING and r.completion_token_ids)
+    ends = Counter(
+        r.completion_token_ids[-1] for r in records if r.finish_reason in _CLOSING and r.completion_token_ids
+    )
     if ends:
         return ends.most_common(1)[0][0]
     return getattr(tokenizer, "eos_token_id", None)
@@ -78,20 +80,33 @@ def per_request(records: list[CompletionRecord], stats: BuildStats) -> list[Trac
     traces = []
     for r in records:
         n = len(r.completion_token_ids)
-        traces.append(Trace(
-            prompt_ids=list(r.prompt_token_ids), response_ids=list(r.completion_token_ids), loss_mask=[1] * n,
-            response_logprobs=list(r.completion_logprobs), record_ids=[r.id],
-            segments=[Segment(record_id=r.id, start=0, end=n, trained=True)],
-            metadata={"finish_reason": r.finish_reason, "seq": [r.seq]},
-        ))
+        traces.append(
+            Trace(
+                prompt_ids=list(r.prompt_token_ids),
+                response_ids=list(r.completion_token_ids),
+                loss_mask=[1] * n,
+                response_logprobs=list(r.completion_logprobs),
+                record_ids=[r.id],
+                segments=[Segment(record_id=r.id, start=0, end=n, trained=True)],
+                metadata={"finish_reason": r.finish_reason, "seq": [r.seq]},
+            )
+        )
     stats.roots = len(records)
     return traces
 
 
-def prefix_tree(records: list[CompletionRecord], stats: BuildStats, events: list[DriftEvent], eot: int | None,
-                tokenizer=None, repair: bool = True) -> list[Trace]:
+def prefix_tree(
+    records: list[CompletionRecord],
+    stats: BuildStats,
+    events: list[DriftEvent],
+    eot: int | None,
+    tokenizer=None,
+    repair: bool = True,
+) -> list[Trace]:
     # prompt length first: a parent's prompt + sample is shorter than its children's prompts
-    ordered = sorted(records, key=lambda r: (len(r.prompt_token_ids), r.prompt_token_ids, r.completion_token_ids, r.id))
+    ordered = sorted(
+        records, key=lambda r: (len(r.prompt_token_ids), r.prompt_token_ids, r.completion_token_ids, r.id)
+    )
     nodes: list[_Node] = []
     for r in ordered:
         nodes.append(_place(r, nodes, events, eot, tokenizer, repair))
@@ -100,8 +115,9 @@ def prefix_tree(records: list[CompletionRecord], stats: BuildStats, events: list
     return _traces([n for n in nodes if not n.children])
 
 
-def _place(r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eot: int | None, tokenizer,
-           repair: bool) -> _Node:
+def _place(
+    r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eot: int | None, tokenizer, repair: bool
+) -> _Node:
     prompt, sample = r.prompt_token_ids, r.completion_token_ids
     exact = [n for n in nodes if _extends(prompt, n.record)]
     if exact:
@@ -112,11 +128,19 @@ def _place(r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eo
     if parent is None or found is None:
         return _root(r)
     fixable = repair and found.cause in REPAIRABLE and found.resume is not None
-    events.append(DriftEvent(record_id=r.id, parent_id=parent.record.id, position=found.position,
-                             cause=found.cause or "unknown", repaired=fixable, detail=found.detail))
+    events.append(
+        DriftEvent(
+            record_id=r.id,
+            parent_id=parent.record.id,
+            position=found.position,
+            cause=found.cause or "unknown",
+            repaired=fixable,
+            detail=found.detail,
+        )
+    )
     if not fixable:
         return _root(r)
-    glue = ([eot] if found.close_turn and eot is not None else []) + prompt[found.resume:]
+    glue = ([eot] if found.close_turn and eot is not None else []) + prompt[found.resume :]
     node = _attach(r, parent, glue)
     node.repair = Repair(record_id=r.id, cause=found.cause, detail=found.detail)
     return node
@@ -125,7 +149,7 @@ def _place(r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eo
 def _extends(prompt: list[int], parent: CompletionRecord) -> bool:
     p, s = parent.prompt_token_ids, parent.completion_token_ids
     n = len(p) + len(s)
-    return n < len(prompt) + 1 and prompt[:len(p)] == p and prompt[len(p):n] == s
+    return n < len(prompt) + 1 and prompt[: len(p)] == p and prompt[len(p) : n] == s
 
 
 def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
@@ -172,10 +196,19 @@ def _traces(leaves: list[_Node]) -> list[Trace]:
                 mask[start:end] = [1] * (end - start)
                 logprobs[start:end] = node.record.completion_logprobs
             segments.append(Segment(record_id=node.record.id, start=start, end=end, trained=first))
-        traces.append(Trace(
-            prompt_ids=leaf.path[:prompt_len], response_ids=leaf.path[prompt_len:], loss_mask=mask,
-            response_logprobs=logprobs, record_ids=[n.record.id for n in chain], segments=segments,
-            metadata={"finish_reason": leaf.record.finish_reason, "seq": [n.record.seq for n in chain],
-                      "repairs": [n.repair.model_dump() for n in chain if n.repair is not None]},
-        ))
+        traces.append(
+            Trace(
+                prompt_ids=leaf.path[:prompt_len],
+                response_ids=leaf.path[prompt_len:],
+                loss_mask=mask,
+                response_logprobs=logprobs,
+                record_ids=[n.record.id for n in chain],
+                segments=segments,
+                metadata={
+                    "finish_reason": leaf.record.finish_reason,
+                    "seq": [n.record.seq for n in chain],
+                    "repairs": [n.repair.model_dump() for n in chain if n.repair is not None],
+                },
+            )
+        )
     return traces

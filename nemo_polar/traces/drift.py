@@ -19,8 +19,9 @@ import json
 import re
 from dataclasses import dataclass
 
-REPAIRABLE = frozenset({"reasoning_removed", "think_block_inserted", "header_line", "tool_args_reserialised",
-                        "retokenization"})
+REPAIRABLE = frozenset(
+    {"reasoning_removed", "think_block_inserted", "header_line", "tool_args_reserialised", "retokenization"}
+)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _THINK = re.compile(r"<think>.*?</think>\s*", re.S)
 _RESYNC_WINDOW, _MAX_REPLACED, _MAX_SHIFT = 16, 96, 96
@@ -43,7 +44,7 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     lo = 0
     step = 512
-    while lo + step <= n and a[lo:lo + step] == b[lo:lo + step]:  # C-speed blocks, then token by token
+    while lo + step <= n and a[lo : lo + step] == b[lo : lo + step]:  # C-speed blocks, then token by token
         lo += step
     while lo < n and a[lo] == b[lo]:
         lo += 1
@@ -59,8 +60,9 @@ def _index(seq: list[int], token: int | None, start: int, end: int | None = None
         return -1
 
 
-def align(parent_prompt: list[int], parent_sample: list[int], prompt: list[int], eot: int | None,
-          tokenizer=None) -> Alignment:
+def align(
+    parent_prompt: list[int], parent_sample: list[int], prompt: list[int], eot: int | None, tokenizer=None
+) -> Alignment:
     seen = parent_prompt + parent_sample
     d = common_prefix(prompt, seen)
     if d == len(seen):
@@ -68,12 +70,12 @@ def align(parent_prompt: list[int], parent_sample: list[int], prompt: list[int],
     last_turn_start = _last_eot(parent_prompt, eot) + 1
     if d >= last_turn_start:  # inside the parent's final turn (generation prompt or sample)
         return _final_turn(parent_prompt, parent_sample, prompt, d, eot, tokenizer, shift=0)
-    shift = _resync(seen[:len(parent_prompt)], prompt, d)
+    shift = _resync(seen[: len(parent_prompt)], prompt, d)
     if shift is not None:  # one local change in the history, the rest identical
         start = len(parent_prompt) + shift
         d2 = start + common_prefix(prompt[start:], parent_sample)
         turn = _final_turn(parent_prompt, parent_sample, prompt, d2, eot, tokenizer, shift)
-        detail = _text(tokenizer, seen[d:d + 48]).split("\n")[0][:120]
+        detail = _text(tokenizer, seen[d : d + 48]).split("\n")[0][:120]
         if turn.resume is None:
             return Alignment(d, "unknown", None, detail="history changed locally and the last turn differs")
         return Alignment(d, "header_line", turn.resume, turn.close_turn, detail)
@@ -90,8 +92,9 @@ def _last_eot(tokens: list[int], eot: int | None) -> int:
     return -1
 
 
-def _final_turn(parent_prompt: list[int], sample: list[int], prompt: list[int], d: int, eot: int | None,
-                tokenizer, shift: int) -> Alignment:
+def _final_turn(
+    parent_prompt: list[int], sample: list[int], prompt: list[int], d: int, eot: int | None, tokenizer, shift: int
+) -> Alignment:
     """The divergence lies in the parent's last turn: find where the call's re-rendering of it ends."""
     turn_start = len(parent_prompt) + shift
     if d == turn_start + len(sample):  # the whole turn matched (only possible after a shift)
@@ -101,7 +104,10 @@ def _final_turn(parent_prompt: list[int], sample: list[int], prompt: list[int], 
         return Alignment(d, "unknown", None, detail="no end-of-turn after the divergence")
     close = not sample or sample[-1] != eot
     if d < turn_start:  # glue in the generation prompt that the re-rendered history lacks
-        return Alignment(d, "think_block_inserted", end + 1, close, _text(tokenizer, parent_prompt[d - shift:]))
+        glue = _text(tokenizer, parent_prompt[d - shift :])
+        if tokenizer is not None and "<think>" not in glue:
+            return Alignment(d, "unknown", None, detail=f"generation prompt differs: {glue[:80]!r}")
+        return Alignment(d, "think_block_inserted", end + 1, close, glue)
     cause = _name_turn_change(sample, prompt[turn_start:end], eot, tokenizer)
     return Alignment(d, cause, end + 1 if cause in REPAIRABLE else None, close)
 
@@ -136,12 +142,12 @@ def _resync(history: list[int], prompt: list[int], d: int) -> int | None:
         a = d + w
         if a + _RESYNC_WINDOW > len(history):
             break
-        probe = history[a:a + _RESYNC_WINDOW]
+        probe = history[a : a + _RESYNC_WINDOW]
         for s in range(-min(_MAX_SHIFT, w), _MAX_SHIFT + 1):
             b = a + s
-            if b < d or prompt[b:b + _RESYNC_WINDOW] != probe:
+            if b < d or prompt[b : b + _RESYNC_WINDOW] != probe:
                 continue
-            if prompt[b:b + len(history) - a] == history[a:]:
+            if prompt[b : b + len(history) - a] == history[a:]:
                 return s
     return None
 

@@ -112,6 +112,8 @@ def gym_output_items(trace: Trace, records: Mapping[str, Any] | None = None) -> 
             generation_log_probs=list(trace.response_logprobs[seg.start : seg.end]),
         )
         items += call
+    if not any(item.get("generation_token_ids") for item in items):
+        raise ValueError("trace has no trained tokens: NeMo-RL rejects a rollout without generation data")
     return items
 
 
@@ -248,6 +250,10 @@ def write_jsonl(
     return len(lines)
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> list[Trace]:
     """The traces of a file written by `write_jsonl` (session_id and trace_index are not kept)."""
     traces = []
@@ -256,7 +262,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[Trace]:
             if not line.strip():
                 continue
             try:
-                trace = Trace.model_validate(json.loads(line))
+                trace = Trace.model_validate(json.loads(line, parse_constant=_refuse_constant))
             except ValueError as e:  # json and pydantic errors both
                 raise ValueError(f"{path}:{number}: not a trace: {e}") from None
             check_trace(trace, f"{path}:{number}")

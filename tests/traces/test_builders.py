@@ -16,9 +16,22 @@ _UP = UpstreamInfo(engine="vllm", url="http://x", model="m")
 
 def rec(rid: str, seq: int, prompt: list[int], sample: list[int], logprobs=None, finish="stop", status="ok"):
     lps = logprobs if logprobs is not None else [-(i + 1) / 10 for i in range(len(sample))]
-    return CompletionRecord(id=rid, session_id="s", seq=seq, started_at=seq, finished_at=seq, dialect="openai_chat",
-                            stream=False, native_request={}, prompt_token_ids=prompt, completion_token_ids=sample,
-                            completion_logprobs=lps, finish_reason=finish, upstream=_UP, status=status)
+    return CompletionRecord(
+        id=rid,
+        session_id="s",
+        seq=seq,
+        started_at=seq,
+        finished_at=seq,
+        dialect="openai_chat",
+        stream=False,
+        native_request={},
+        prompt_token_ids=prompt,
+        completion_token_ids=sample,
+        completion_logprobs=lps,
+        finish_reason=finish,
+        upstream=_UP,
+        status=status,
+    )
 
 
 def assert_faithful(result, records):
@@ -29,11 +42,11 @@ def assert_faithful(result, records):
         assert len(t.response_ids) == len(t.loss_mask) == len(t.response_logprobs)
         for s in t.segments:
             r = by_id[s.record_id]
-            assert t.response_ids[s.start:s.end] == r.completion_token_ids[: s.end - s.start]
+            assert t.response_ids[s.start : s.end] == r.completion_token_ids[: s.end - s.start]
             if s.trained:
                 trained.append(s.record_id)
-                assert t.loss_mask[s.start:s.end] == [1] * (s.end - s.start)
-                assert t.response_logprobs[s.start:s.end] == r.completion_logprobs[: s.end - s.start]
+                assert t.loss_mask[s.start : s.end] == [1] * (s.end - s.start)
+                assert t.response_logprobs[s.start : s.end] == r.completion_logprobs[: s.end - s.start]
         assert sum(t.loss_mask) == sum(s.end - s.start for s in t.segments if s.trained)
     ok = [r.id for r in records if r.status == "ok" and r.completion_token_ids]
     assert sorted(trained) == sorted(ok)
@@ -64,8 +77,11 @@ def test_per_request_repeats_the_prompt():
 
 
 def test_interleaved_sub_agents_in_any_order_give_the_same_traces():
-    main = [rec("m1", 0, [1, 2], [10, EOT]), rec("m2", 2, [1, 2, 10, EOT, 5], [11, EOT]),
-            rec("m3", 4, [1, 2, 10, EOT, 5, 11, EOT, 6], [12, EOT])]
+    main = [
+        rec("m1", 0, [1, 2], [10, EOT]),
+        rec("m2", 2, [1, 2, 10, EOT, 5], [11, EOT]),
+        rec("m3", 4, [1, 2, 10, EOT, 5, 11, EOT, 6], [12, EOT]),
+    ]
     sub = [rec("s1", 1, [7, 8], [30, EOT]), rec("s2", 3, [7, 8, 30, EOT, 9], [31, EOT])]
     records = main + sub
     first = build(records)
@@ -78,8 +94,11 @@ def test_interleaved_sub_agents_in_any_order_give_the_same_traces():
 
 
 def test_branches_share_a_span_trained_once():
-    records = [rec("a", 0, [1], [10, EOT]), rec("b", 1, [1, 10, EOT, 5], [20, EOT]),
-               rec("c", 2, [1, 10, EOT, 6], [21, EOT])]
+    records = [
+        rec("a", 0, [1], [10, EOT]),
+        rec("b", 1, [1, 10, EOT, 5], [20, EOT]),
+        rec("c", 2, [1, 10, EOT, 6], [21, EOT]),
+    ]
     result = build(records)
     assert len(result.traces) == 2
     assert [s.trained for s in result.traces[1].segments] == [False, True]
@@ -88,10 +107,13 @@ def test_branches_share_a_span_trained_once():
 
 
 def test_compaction_forks_and_loses_nothing():
-    # system [1, EOT], then the conversation; at c3 the history is replaced by a summary [77, 78, EOT]
-    records = [rec("c1", 0, [1, EOT, 2], [10, EOT]), rec("c2", 1, [1, EOT, 2, 10, EOT, 3], [11, EOT]),
-               rec("c3", 2, [1, EOT, 77, 78, EOT], [12, EOT]),
-               rec("c4", 3, [1, EOT, 77, 78, EOT, 12, EOT, 4], [13, EOT])]
+    # ChatML-like: system [1, EOT], user [2, EOT], generation prompt [8]; at c3 a summary replaces the history
+    records = [
+        rec("c1", 0, [1, EOT, 2, EOT, 8], [10, EOT]),
+        rec("c2", 1, [1, EOT, 2, EOT, 8, 10, EOT, 3, EOT, 8], [11, EOT]),
+        rec("c3", 2, [1, EOT, 77, 78, EOT, 8], [12, EOT]),
+        rec("c4", 3, [1, EOT, 77, 78, EOT, 8, 12, EOT, 4, EOT, 8], [13, EOT]),
+    ]
     result = build(records)
     assert result.stats.drift == {"compaction": 1} and result.stats.repaired == {}
     assert [t.record_ids for t in result.traces] == [["c1", "c2"], ["c3", "c4"]]
