@@ -103,11 +103,13 @@ def _final_turn(
     if end < 0:
         return Alignment(d, "unknown", None, detail="no end-of-turn after the divergence")
     close = not sample or sample[-1] != eot
-    if d < turn_start:  # glue in the generation prompt that the re-rendered history lacks
+    if d < turn_start:  # the generation prompt differs: glue the history lacks, or the turn is gone
         glue = _text(tokenizer, parent_prompt[d - shift :])
-        if tokenizer is not None and "<think>" not in glue:
-            return Alignment(d, "unknown", None, detail=f"generation prompt differs: {glue[:80]!r}")
-        return Alignment(d, "think_block_inserted", end + 1, close, glue)
+        body = sample[:-1] if sample and sample[-1] == eot else sample
+        kept = bool(body) and prompt[d : d + len(body)] == body  # the sampled turn follows right away
+        if kept and (tokenizer is None or "<think>" in glue):
+            return Alignment(d, "think_block_inserted", end + 1, close, glue)
+        return Alignment(d, "compaction", None, detail="the earlier assistant turn is not in this prompt")
     cause = _name_turn_change(sample, prompt[turn_start:end], eot, tokenizer)
     return Alignment(d, cause, end + 1 if cause in REPAIRABLE else None, close)
 

@@ -8,7 +8,8 @@ segment, with `prompt_token_ids` = the trace's `prompt_ids` + the `response_ids`
 segment, `generation_token_ids` = the segment's tokens and `generation_log_probs` = their logprobs,
 all three on the call's last item. Untrained segments (sampled spans trained in another trace)
 are not calls here: their tokens are part of the next call's prompt, masked like tool output.
-Response tokens after the last trained segment are not in the output (NeMo-RL drops them anyway).
+Response tokens after the last trained token are not in the output (NeMo-RL drops them anyway);
+a call that sampled no tokens is an item with empty generation_token_ids, which NeMo-RL skips.
 `nemo_polar.traces.nemo_rl.flatten` of the result gives `prompt_ids + response_ids[:end]` with
 `loss_mask` and `response_logprobs` on the response part.
 

@@ -13,32 +13,14 @@ import anthropic
 import openai
 import pytest
 
-from nemo_polar.local.vllm_server import TINY_MODEL
+from .torch_check import logprobs_of
 
 pytestmark = pytest.mark.vllm
 
 BOUND = 1e-4
 
 
-@pytest.fixture(scope="module")
-def model():
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    torch.set_grad_enabled(False)
-    return AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32).eval()
-
-
-def recompute(model, prompt: list[int], completion: list[int]) -> list[float]:
-    import torch
-
-    ids = torch.tensor([prompt + completion])
-    logprobs = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
-    positions = torch.arange(len(prompt) - 1, len(prompt) + len(completion) - 1)
-    return logprobs[positions, torch.tensor(completion)].tolist()
-
-
-def test_recorded_logprobs_match_a_torch_recompute(real_proxy, model):
+def test_recorded_logprobs_match_a_torch_recompute(real_proxy):
     session = real_proxy.proxy.sessions.open()
     chat = openai.OpenAI(base_url=real_proxy.url + "/v1", api_key=session.api_key, max_retries=0)
     messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Count to three."}]
@@ -52,7 +34,7 @@ def test_recorded_logprobs_match_a_torch_recompute(real_proxy, model):
     assert len(records) == 7 and all(r.status == "ok" for r in records)
     deltas = []
     for r in records:
-        again = recompute(model, r.prompt_token_ids, r.completion_token_ids)
+        again = logprobs_of(r.prompt_token_ids, r.completion_token_ids)
         deltas += [abs(a - b) for a, b in zip(again, r.completion_logprobs, strict=True)]
     worst, mean = max(deltas), sum(deltas) / len(deltas)
     print(f"\nlogprob parity over {len(deltas)} sampled tokens: max |Δ| = {worst:.2e}, mean |Δ| = {mean:.2e}")

@@ -1,0 +1,75 @@
+"""Traces built from sessions real harnesses recorded through the proxy, checked in torch: on every
+mask-1 position the model, teacher-forced on the trace's own preceding tokens, gives the token the
+logprob the server reported. That holds exactly where the trace's context is what the model saw;
+a repaired boundary (raw sampled tokens where the next prompt had re-rendered them) is off-policy
+by design, so the strict check runs with repair off and the repaired figure is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from nemo_polar.server.gateway.harnesses import HARNESSES
+from nemo_polar.traces import build
+
+from .conftest import run_harness
+from .torch_check import logprobs_of
+
+pytestmark = [pytest.mark.vllm, pytest.mark.harness]
+
+BOUND = 1e-4  # as in test_logprob_parity: measured max |Δ| is about 1e-6
+
+
+def deltas(trace) -> list[float]:
+    full = trace.prompt_ids + trace.response_ids
+    out = []
+    for s in trace.segments:
+        if not s.trained:
+            continue
+        start = len(trace.prompt_ids) + s.start
+        again = logprobs_of(full[:start], full[start : len(trace.prompt_ids) + s.end])
+        out += [abs(a - b) for a, b in zip(again, trace.response_logprobs[s.start : s.end], strict=True)]
+    return out
+
+
+@pytest.mark.parametrize("name", ["mini_swe_agent", "qwen_code"])
+def test_merged_traces_carry_on_policy_logprobs(name, real_proxy, tokenizer, tmp_path):
+    run = run_harness(real_proxy, HARNESSES[name](), tmp_path, task="List the files here.", max_steps=4)
+    assert run.returncode == 0 and len(run.records) >= 2, (run.returncode, len(run.records), run.stderr[-2000:])
+    strict = build(run.records, tokenizer=tokenizer, repair=False)
+    merged = build(run.records, tokenizer=tokenizer)
+    per_request = build(run.records, "per_request")
+    assert strict.stats.trained_tokens == merged.stats.trained_tokens == per_request.stats.trained_tokens
+    assert merged.stats.trace_tokens <= per_request.stats.trace_tokens
+    strict_deltas = [d for t in strict.traces for d in deltas(t)]
+    assert len(strict_deltas) == strict.stats.trained_tokens and max(strict_deltas) < BOUND
+    repaired = [d for t in merged.traces for d in deltas(t)]
+    print(
+        f"\n{name}: {len(run.records)} calls -> {len(merged.traces)} trace(s), drift {merged.stats.drift}; "
+        f"trace tokens {merged.stats.trace_tokens} vs per_request {per_request.stats.trace_tokens}; "
+        f"strict max |Δ| {max(strict_deltas):.1e}; with repairs max |Δ| {max(repaired):.2e}"
+    )
+
+
+def test_a_multi_turn_conversation_merges_into_one_on_policy_chain(real_proxy, tokenizer):
+    """A client that keeps every turn (as agent harnesses do on success): one chain, on-policy."""
+    import openai
+
+    session = real_proxy.proxy.sessions.open()
+    client = openai.OpenAI(base_url=real_proxy.url + "/v1", api_key=session.api_key, max_retries=0)
+    messages = [{"role": "system", "content": "You are terse."}]
+    for turn in range(4):
+        messages.append({"role": "user", "content": f"Step {turn}: go on."})
+        out = client.chat.completions.create(model="tiny", messages=messages, max_tokens=24, seed=turn)
+        messages.append({"role": "assistant", "content": out.choices[0].message.content or ""})
+    real_proxy.proxy.store.flush()
+    records = real_proxy.proxy.store.records(session.id)
+    strict = build(records, tokenizer=tokenizer, repair=False)
+    merged = build(records, tokenizer=tokenizer)
+    assert len(merged.traces) == 1 and merged.stats.merged == 3
+    assert set(merged.stats.drift) <= {"retokenization"}  # only ever the same text re-tokenised
+    strict_deltas = [d for t in strict.traces for d in deltas(t)]
+    assert max(strict_deltas) < BOUND
+    if not merged.stats.repaired:  # no boundary re-tokenised: the merged chain is on-policy too
+        assert max(deltas(merged.traces[0])) < BOUND
+    print(f"\nconversation: 4 calls -> {len(merged.traces)} trace; drift {merged.stats.drift}; trace tokens "
+          f"{merged.stats.trace_tokens} vs {build(records, 'per_request').stats.trace_tokens} per request")
