@@ -3,8 +3,8 @@
 `per_request`: one trace per call. Simple, and what a trainer pays for in the square of the number
 of turns, since every call repeats the growing prompt.
 
-`prefix_tree`: every call is placed in a tree of calls, independent of arrival order. A call's
-parent is the call whose prompt + sampled tokens its own prompt extends (the longest such); its
+`prefix_tree`: every call is placed in a tree of calls, whatever the order of the records. A call's
+parent is the earlier call whose prompt + sampled tokens its own prompt extends (the longest); its
 path is the parent's path followed by its new prompt tokens and its own sampled tokens. Calls
 whose prompt drifted from the parent's (see drift.py) are re-attached after the parent's raw
 sampled tokens when the drift is a template quirk, and start a new chain otherwise. Each leaf of
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ..errors import TraceBuildError
 from ..records import CompletionRecord
 from .drift import REPAIRABLE, align
-from .models import BuildResult, BuildStats, DriftEvent, Repair, Segment, Trace
+from .models import BuildStats, DriftEvent, Repair, Segment, Trace
 
 _CLOSING = ("stop", "tool_calls", "stop_sequence", "end_turn")
 
@@ -103,10 +103,9 @@ def prefix_tree(
     tokenizer=None,
     repair: bool = True,
 ) -> list[Trace]:
-    # prompt length first: a parent's prompt + sample is shorter than its children's prompts
-    ordered = sorted(
-        records, key=lambda r: (len(r.prompt_token_ids), r.prompt_token_ids, r.completion_token_ids, r.id)
-    )
+    # in arrival order, which is causal: a call can only continue turns that came back before it.
+    # Where the list puts them does not matter, so interleaved sub-agents give the same tree.
+    ordered = sorted(records, key=lambda r: (r.seq, r.started_at, r.id))
     nodes: list[_Node] = []
     for r in ordered:
         nodes.append(_place(r, nodes, events, eot, tokenizer, repair))
@@ -118,7 +117,7 @@ def prefix_tree(
 def _place(
     r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eot: int | None, tokenizer, repair: bool
 ) -> _Node:
-    prompt, sample = r.prompt_token_ids, r.completion_token_ids
+    prompt = r.prompt_token_ids
     exact = [n for n in nodes if _extends(prompt, n.record)]
     if exact:
         parent = max(exact, key=lambda n: len(n.record.prompt_token_ids) + len(n.record.completion_token_ids))
@@ -153,14 +152,18 @@ def _extends(prompt: list[int], parent: CompletionRecord) -> bool:
 
 
 def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
-    """The earlier call this prompt shares the most with, and how it diverges; None when it shares nothing."""
-    best, best_alignment = None, None
+    """The earlier call this prompt continues after a repairable drift (the longest such), else the call
+    it shares the most tokens with and how it diverges; None when it shares nothing."""
+    best, best_alignment, best_key = None, None, None
     for n in nodes:
         a = align(n.record.prompt_token_ids, n.record.completion_token_ids, prompt, eot, tokenizer)
         if a.position == len(prompt):  # the same or a shorter prompt: a retry or a sibling, not drift
             continue
-        if best_alignment is None or a.position > best_alignment.position:
-            best, best_alignment = n, a
+        fixable = a.cause in REPAIRABLE and a.resume is not None
+        seen = len(n.record.prompt_token_ids) + len(n.record.completion_token_ids)
+        key = (1, seen, a.position) if fixable else (0, a.position, seen)
+        if best_key is None or key > best_key:
+            best, best_alignment, best_key = n, a, key
     if best_alignment is None or best_alignment.position == 0:
         return None, None
     return best, best_alignment

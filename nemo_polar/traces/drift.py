@@ -70,17 +70,51 @@ def align(
     last_turn_start = _last_eot(parent_prompt, eot) + 1
     if d >= last_turn_start:  # inside the parent's final turn (generation prompt or sample)
         return _final_turn(parent_prompt, parent_sample, prompt, d, eot, tokenizer, shift=0)
-    shift = _resync(seen[: len(parent_prompt)], prompt, d)
-    if shift is not None:  # one local change in the history, the rest identical
+    history = seen[: len(parent_prompt)]
+    shift, cause = _resync(history, prompt, d), "header_line"
+    if shift is None:  # a template that drops reasoning from every earlier turn
+        shift, cause = _resync_without_thinking(history, prompt, d, tokenizer), "reasoning_removed"
+    if shift is not None:  # the rest of the history is identical
         start = len(parent_prompt) + shift
         d2 = start + common_prefix(prompt[start:], parent_sample)
         turn = _final_turn(parent_prompt, parent_sample, prompt, d2, eot, tokenizer, shift)
-        detail = _text(tokenizer, seen[d : d + 48]).split("\n")[0][:120]
+        replaced = _text(tokenizer, seen[d : d + 48])
         if turn.resume is None:
             return Alignment(d, "unknown", None, detail="history changed locally and the last turn differs")
-        return Alignment(d, "header_line", turn.resume, turn.close_turn, detail)
+        if "<think>" in replaced:
+            cause = "reasoning_removed"
+        return Alignment(d, cause, turn.resume, turn.close_turn, replaced.split("\n")[0][:120])
     cause = "system_prompt" if _index(seen, eot, 0, d) < 0 else "compaction"
     return Alignment(d, cause, None, detail=f"history differs from token {d} on")
+
+
+def _resync_without_thinking(history: list[int], prompt: list[int], d: int, tokenizer) -> int | None:
+    """Shift after skipping every `<think>...</think>` block of `history` that `prompt` lacks, or None."""
+    opening, closing = _think_ids(tokenizer)
+    if opening is None:
+        return None
+    i, j = d, d
+    while True:
+        if history[i:] == prompt[j : j + len(history) - i]:
+            return j - i
+        if i >= len(history) or history[i] != opening:
+            return None
+        end = _index(history, closing, i)
+        if end < 0:
+            return None
+        # skip the block and the whitespace after it: as many tokens as make the rest line up best
+        i = max((end + 1 + k for k in range(4)), key=lambda n: common_prefix(history[n:], prompt[j:]))
+        step = common_prefix(history[i:], prompt[j:])
+        i, j = i + step, j + step
+
+
+def _think_ids(tokenizer) -> tuple[int | None, int | None]:
+    if tokenizer is None:
+        return None, None
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in ("<think>", "</think>")]
+    if any(i is None or i == tokenizer.unk_token_id for i in ids):
+        return None, None
+    return ids[0], ids[1]
 
 
 def _last_eot(tokens: list[int], eot: int | None) -> int:

@@ -71,5 +71,7 @@ def test_a_multi_turn_conversation_merges_into_one_on_policy_chain(real_proxy, t
     assert max(strict_deltas) < BOUND
     if not merged.stats.repaired:  # no boundary re-tokenised: the merged chain is on-policy too
         assert max(deltas(merged.traces[0])) < BOUND
-    print(f"\nconversation: 4 calls -> {len(merged.traces)} trace; drift {merged.stats.drift}; trace tokens "
-          f"{merged.stats.trace_tokens} vs {build(records, 'per_request').stats.trace_tokens} per request")
+    print(
+        f"\nconversation: 4 calls -> {len(merged.traces)} trace; drift {merged.stats.drift}; trace tokens "
+        f"{merged.stats.trace_tokens} vs {build(records, 'per_request').stats.trace_tokens} per request"
+    )
