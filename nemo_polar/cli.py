@@ -79,6 +79,38 @@ def _bench_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_merge(args: argparse.Namespace) -> int:
+    from .bench.merge import run
+
+    result = run(stores=args.store, sessions=args.sessions, seed=args.seed)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
+def _traces(args: argparse.Namespace) -> int:
+    from .store import SqliteStore
+    from .traces import build
+    from .traces.export import write_jsonl
+
+    store = SqliteStore(args.store)
+    sessions = [args.session] if args.session else sorted({s.id for s in store.sessions()})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    summary = []
+    for sid in sessions:
+        result = build(store.records(sid), args.builder, tokenizer=tokenizer, max_tokens=args.max_tokens)
+        write_jsonl(result, out / f"{sid}.jsonl", session_id=sid)
+        summary.append({"session_id": sid} | result.stats.model_dump())
+    store.close()
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polar", description="Token-faithful rollouts of agent harnesses for GRPO.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -115,6 +147,16 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--out", default=None)
     export.set_defaults(func=_export)
 
+    traces = sub.add_parser("traces", help="build training traces from recorded sessions, one JSONL per session")
+    traces.add_argument("--store", default="runs/proxy/records.sqlite")
+    traces.add_argument("--session", default=None, help="one session (default: every session in the store)")
+    traces.add_argument("--builder", default="prefix_tree", choices=["prefix_tree", "per_request"])
+    traces.add_argument("--tokenizer", default=None, help="a tokenizer folder, to name drift causes")
+    traces.add_argument("--max-tokens", type=int, default=None, help="length policy: keep the causal prefix")
+    traces.add_argument("--out", default="runs/traces")
+    traces.add_argument("--json", action="store_true")
+    traces.set_defaults(func=_traces)
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
     bproxy = bench.add_parser("proxy", help="overhead of the proxy against a fast fake upstream")
     bproxy.add_argument("--json", action="store_true", help="one JSON object on one line")
@@ -122,6 +164,12 @@ def parser() -> argparse.ArgumentParser:
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
     bproxy.set_defaults(func=_bench_proxy)
+    bmerge = bench.add_parser("merge", help="per_request vs linear chains vs prefix_tree over a session corpus")
+    bmerge.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bmerge.add_argument("--store", action="append", default=[], help="a record store to add (repeatable)")
+    bmerge.add_argument("--sessions", type=int, default=12, help="generated long sessions")
+    bmerge.add_argument("--seed", type=int, default=0)
+    bmerge.set_defaults(func=_bench_merge)
     return p
 
 

@@ -17,6 +17,8 @@ from rich.table import Table
 from ..config import ProxyConfig, Strict
 from ..local.vllm_server import VLLMServer
 from ..proxy.serve import ProxyThread
+from ..traces import build
+from ..traces.export import write_jsonl
 from .gateway.harnesses import HARNESSES, Endpoint, Harness
 from .gateway.harnesses.pi import Pi
 from .gateway.runner import run_launch
@@ -90,6 +92,8 @@ def _run_one(proxy: ProxyThread, spec: str, h: Harness, cfg: UpConfig, run_dir: 
     (folder / "stderr.log").write_text(done.stderr)
     proxy.proxy.store.flush()
     records = proxy.proxy.store.records(session.id)
+    traces = build(records, "prefix_tree")
+    write_jsonl(traces, folder / "traces.jsonl", session_id=session.id)
     return {
         "harness": spec,
         "exit": "timeout" if done.timed_out else done.returncode,
@@ -98,28 +102,30 @@ def _run_one(proxy: ProxyThread, spec: str, h: Harness, cfg: UpConfig, run_dir: 
         "dialects": ",".join(sorted({r.dialect for r in records})),
         "prompt_tokens": sum(len(r.prompt_token_ids) for r in records),
         "completion_tokens": sum(len(r.completion_token_ids) for r in records),
+        "traces": traces.stats.traces,
+        "trace_tokens": traces.stats.trace_tokens,
         "seconds": round(time.monotonic() - t0, 1),
     }
 
 
+COLUMNS = (
+    "harness",
+    "exit",
+    "calls",
+    "ok",
+    "dialects",
+    "prompt_tokens",
+    "completion_tokens",
+    "traces",
+    "trace_tokens",
+    "seconds",
+)
+
+
 def _table(rows: list[dict]) -> Table:
     table = Table(title="polar up")
-    for col in ("harness", "exit", "calls", "ok", "dialects", "prompt_tokens", "completion_tokens", "seconds"):
+    for col in COLUMNS:
         table.add_column(col.replace("_", " "), justify="left" if col in ("harness", "dialects") else "right")
     for r in rows:
-        table.add_row(
-            *(
-                str(r[c])
-                for c in (
-                    "harness",
-                    "exit",
-                    "calls",
-                    "ok",
-                    "dialects",
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "seconds",
-                )
-            )
-        )
+        table.add_row(*(str(r[c]) for c in COLUMNS))
     return table
