@@ -119,30 +119,33 @@ def _place(
 ) -> _Node:
     prompt = r.prompt_token_ids
     exact = [n for n in nodes if _extends(prompt, n.record)]
-    if exact:
-        parent = max(exact, key=lambda n: len(n.record.prompt_token_ids) + len(n.record.completion_token_ids))
-        seen = len(parent.record.prompt_token_ids) + len(parent.record.completion_token_ids)
-        return _attach(r, parent, prompt[seen:])
-    parent, found = _closest(prompt, nodes, eot, tokenizer)
-    if parent is None or found is None:
-        return _root(r)
-    fixable = repair and found.cause in REPAIRABLE and found.resume is not None
-    events.append(
-        DriftEvent(
-            record_id=r.id,
-            parent_id=parent.record.id,
-            position=found.position,
-            cause=found.cause or "unknown",
-            repaired=fixable,
-            detail=found.detail,
+    base = max(exact, key=_seen) if exact else None
+    floor = _seen(base) if base is not None else -1
+    # a later call this one continues after a template quirk beats an older exact ancestor
+    later = nodes[nodes.index(base) + 1 :] if base is not None else nodes  # nodes are in arrival order
+    parent, found = _closest(prompt, later, eot, tokenizer)
+    fixable = found is not None and repair and found.cause in REPAIRABLE and found.resume is not None
+    if parent is not None and found is not None and found.position >= floor:
+        events.append(
+            DriftEvent(
+                record_id=r.id,
+                parent_id=parent.record.id,
+                position=found.position,
+                cause=found.cause or "unknown",
+                repaired=fixable,
+                detail=found.detail,
+            )
         )
-    )
     if not fixable:
-        return _root(r)
+        return _attach(r, base, prompt[floor:]) if base is not None else _root(r)
     glue = ([eot] if found.close_turn and eot is not None else []) + prompt[found.resume :]
     node = _attach(r, parent, glue)
     node.repair = Repair(record_id=r.id, cause=found.cause, detail=found.detail)
     return node
+
+
+def _seen(node: _Node) -> int:
+    return len(node.record.prompt_token_ids) + len(node.record.completion_token_ids)
 
 
 def _extends(prompt: list[int], parent: CompletionRecord) -> bool:

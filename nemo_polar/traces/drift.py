@@ -24,7 +24,8 @@ REPAIRABLE = frozenset(
 )
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _THINK = re.compile(r"<think>.*?</think>\s*", re.S)
-_RESYNC_WINDOW, _MAX_REPLACED, _MAX_SHIFT = 16, 96, 96
+_THINK_ONLY = re.compile(r"\s*<think>.*?</think>\s*", re.S)
+_RESYNC_WINDOW, _MAX_REPLACED, _MAX_SHIFT, _MAX_LOCAL_CHANGES = 16, 96, 96, 2
 
 
 @dataclass(frozen=True)
@@ -70,42 +71,61 @@ def align(
     last_turn_start = _last_eot(parent_prompt, eot) + 1
     if d >= last_turn_start:  # inside the parent's final turn (generation prompt or sample)
         return _final_turn(parent_prompt, parent_sample, prompt, d, eot, tokenizer, shift=0)
-    history = seen[: len(parent_prompt)]
-    shift, cause = _resync(history, prompt, d), "header_line"
-    if shift is None:  # a template that drops reasoning from every earlier turn
-        shift, cause = _resync_without_thinking(history, prompt, d, tokenizer), "reasoning_removed"
-    if shift is not None:  # the rest of the history is identical
-        start = len(parent_prompt) + shift
-        d2 = start + common_prefix(prompt[start:], parent_sample)
+    # the divergence lies in earlier history: walk it, skipping local changes (a header line, stripped
+    # reasoning), up to where the parent's last turn starts; that turn is compared on its own
+    walked = _walk_history(parent_prompt[:last_turn_start], prompt, d, _think_ids(tokenizer))
+    if walked is not None:
+        shift, causes = walked
+        tail = parent_prompt[last_turn_start:] + parent_sample
+        d2 = last_turn_start + shift + common_prefix(prompt[last_turn_start + shift :], tail)
         turn = _final_turn(parent_prompt, parent_sample, prompt, d2, eot, tokenizer, shift)
-        replaced = _text(tokenizer, seen[d : d + 48])
         if turn.resume is None:
             return Alignment(d, "unknown", None, detail="history changed locally and the last turn differs")
-        if "<think>" in replaced:
-            cause = "reasoning_removed"
+        replaced = _text(tokenizer, seen[d : d + 48])
+        cause = "reasoning_removed" if "<think>" in replaced or "reasoning_removed" in causes else causes[0]
         return Alignment(d, cause, turn.resume, turn.close_turn, replaced.split("\n")[0][:120])
     cause = "system_prompt" if _index(seen, eot, 0, d) < 0 else "compaction"
     return Alignment(d, cause, None, detail=f"history differs from token {d} on")
 
 
-def _resync_without_thinking(history: list[int], prompt: list[int], d: int, tokenizer) -> int | None:
-    """Shift after skipping every `<think>...</think>` block of `history` that `prompt` lacks, or None."""
-    opening, closing = _think_ids(tokenizer)
-    if opening is None:
-        return None
-    i, j = d, d
+def _walk_history(
+    history: list[int], prompt: list[int], d: int, think: tuple[int | None, int | None]
+) -> tuple[int, list[str]] | None:
+    """Align `history` inside `prompt` from the divergence `d` on, allowing only local changes:
+    `<think>` blocks the prompt lacks, and a few short replaced spans. Returns the final shift
+    (prompt index - history index) and the changes seen, or None when the histories differ."""
+    i, j, causes = d, d, []
     while True:
-        if history[i:] == prompt[j : j + len(history) - i]:
-            return j - i
-        if i >= len(history) or history[i] != opening:
-            return None
-        end = _index(history, closing, i)
-        if end < 0:
-            return None
-        # skip the block and the whitespace after it: as many tokens as make the rest line up best
-        i = max((end + 1 + k for k in range(4)), key=lambda n: common_prefix(history[n:], prompt[j:]))
         step = common_prefix(history[i:], prompt[j:])
         i, j = i + step, j + step
+        if i >= len(history):
+            return j - i, causes
+        if think[0] is not None and history[i] == think[0]:
+            end = _index(history, think[1], i)
+            if end < 0:
+                return None
+            # skip the block and the whitespace after it: as many tokens as make the rest line up best
+            i = max((end + 1 + k for k in range(4)), key=lambda n: common_prefix(history[n:], prompt[j:]))
+            causes.append("reasoning_removed")
+            continue
+        replaced = _replaced_span(history, prompt, i, j)
+        if replaced is None or causes.count("header_line") >= _MAX_LOCAL_CHANGES:
+            return None
+        i, j = i + replaced[0], j + replaced[1]
+        causes.append("header_line")
+
+
+def _replaced_span(history: list[int], prompt: list[int], i: int, j: int) -> tuple[int, int] | None:
+    """(w, v): history[i:i+w] was replaced by prompt[j:j+v], the smallest w after which both agree again."""
+    for w in range(1, _MAX_REPLACED):
+        a = i + w
+        probe = history[a : a + _RESYNC_WINDOW]
+        if len(probe) < _RESYNC_WINDOW:  # too little history left to tell a local change from a new one
+            break
+        for v in range(max(0, w - _MAX_SHIFT), w + _MAX_SHIFT + 1):
+            if prompt[j + v : j + v + len(probe)] == probe:
+                return w, v
+    return None
 
 
 def _think_ids(tokenizer) -> tuple[int | None, int | None]:
@@ -140,8 +160,12 @@ def _final_turn(
     if d < turn_start:  # the generation prompt differs: glue the history lacks, or the turn is gone
         glue = _text(tokenizer, parent_prompt[d - shift :])
         body = sample[:-1] if sample and sample[-1] == eot else sample
-        kept = bool(body) and prompt[d : d + len(body)] == body  # the sampled turn follows right away
-        if kept and (tokenizer is None or "<think>" in glue):
+        if tokenizer is None:
+            kept = bool(body) and prompt[d : d + len(body)] == body  # the sampled turn follows right away
+        else:  # the glue is a think block, and what follows it is the same turn, however re-rendered
+            kept = _THINK_ONLY.fullmatch(glue) is not None and _name_turn_change(sample, prompt[d:end], eot, tokenizer)
+            kept = kept and (prompt[d:end] == body or kept in REPAIRABLE)
+        if kept:
             return Alignment(d, "think_block_inserted", end + 1, close, glue)
         return Alignment(d, "compaction", None, detail="the earlier assistant turn is not in this prompt")
     cause = _name_turn_change(sample, prompt[turn_start:end], eot, tokenizer)
@@ -170,22 +194,6 @@ def _same_tool_calls(said: str, shown: str) -> bool:
         return [json.loads(x) for x in a] == [json.loads(x) for x in b]
     except json.JSONDecodeError:
         return False
-
-
-def _resync(history: list[int], prompt: list[int], d: int) -> int | None:
-    """Shift s such that history[d+w:] == prompt[d+w+s:...] for a small replaced span w, or None."""
-    for w in range(1, _MAX_REPLACED):
-        a = d + w
-        if a + _RESYNC_WINDOW > len(history):
-            break
-        probe = history[a : a + _RESYNC_WINDOW]
-        for s in range(-min(_MAX_SHIFT, w), _MAX_SHIFT + 1):
-            b = a + s
-            if b < d or prompt[b : b + _RESYNC_WINDOW] != probe:
-                continue
-            if prompt[b : b + len(history) - a] == history[a:]:
-                return s
-    return None
 
 
 def _text(tokenizer, ids: list[int]) -> str:
