@@ -155,16 +155,15 @@ def _extends(prompt: list[int], parent: CompletionRecord) -> bool:
 
 
 def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
-    """The earlier call this prompt continues after a repairable drift (the longest such), else the call
-    it shares the most tokens with and how it diverges; None when it shares nothing."""
+    """The latest earlier call this prompt continues after a repairable drift, else the call it shares the
+    most tokens with, and how it diverges; None when it shares nothing. `nodes` are in arrival order."""
     best, best_alignment, best_key = None, None, None
-    for n in nodes:
+    for index, n in enumerate(nodes):
         a = align(n.record.prompt_token_ids, n.record.completion_token_ids, prompt, eot, tokenizer)
         if a.position == len(prompt):  # the same or a shorter prompt: a retry or a sibling, not drift
             continue
         fixable = a.cause in REPAIRABLE and a.resume is not None
-        seen = len(n.record.prompt_token_ids) + len(n.record.completion_token_ids)
-        key = (1, seen, a.position) if fixable else (0, a.position, seen)
+        key = (1, index, a.position) if fixable else (0, a.position, index)
         if best_key is None or key > best_key:
             best, best_alignment, best_key = n, a, key
     if best_alignment is None or best_alignment.position == 0:
