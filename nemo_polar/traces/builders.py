@@ -158,14 +158,15 @@ def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
     """The latest earlier call this prompt continues after a repairable drift, else the call it shares the
     most tokens with, and how it diverges; None when it shares nothing. `nodes` are in arrival order."""
     best, best_alignment, best_key = None, None, None
-    for index, n in enumerate(nodes):
+    for index in range(len(nodes) - 1, -1, -1):  # latest first: a repairable one ends the search
+        n = nodes[index]
         a = align(n.record.prompt_token_ids, n.record.completion_token_ids, prompt, eot, tokenizer)
         if a.position == len(prompt):  # the same or a shorter prompt: a retry or a sibling, not drift
             continue
-        fixable = a.cause in REPAIRABLE and a.resume is not None
-        key = (1, index, a.position) if fixable else (0, a.position, index)
-        if best_key is None or key > best_key:
-            best, best_alignment, best_key = n, a, key
+        if a.cause in REPAIRABLE and a.resume is not None:
+            return n, a
+        if best_key is None or (a.position, index) > best_key:
+            best, best_alignment, best_key = n, a, (a.position, index)
     if best_alignment is None or best_alignment.position == 0:
         return None, None
     return best, best_alignment

@@ -117,14 +117,17 @@ def _walk_history(
 
 def _replaced_span(history: list[int], prompt: list[int], i: int, j: int) -> tuple[int, int] | None:
     """(w, v): history[i:i+w] was replaced by prompt[j:j+v], the smallest w after which both agree again."""
+    n = _RESYNC_WINDOW
+    windows: dict[tuple[int, ...], int] = {}
+    for v in range(_MAX_REPLACED + _MAX_SHIFT, -1, -1):  # descending: the smallest v wins
+        windows[tuple(prompt[j + v : j + v + n])] = v
     for w in range(1, _MAX_REPLACED):
-        a = i + w
-        probe = history[a : a + _RESYNC_WINDOW]
-        if len(probe) < _RESYNC_WINDOW:  # too little history left to tell a local change from a new one
+        probe = tuple(history[i + w : i + w + n])
+        if len(probe) < n:  # too little history left to tell a local change from a new one
             break
-        for v in range(max(0, w - _MAX_SHIFT), w + _MAX_SHIFT + 1):
-            if prompt[j + v : j + v + len(probe)] == probe:
-                return w, v
+        v = windows.get(probe)
+        if v is not None and abs(v - w) <= _MAX_SHIFT:
+            return w, v
     return None
 
 
