@@ -1,0 +1,126 @@
+"""What the rollout server and the gateway nodes say to each other: tasks, sessions, results.
+
+A task is one prompt of the dataset run `num_samples` times (a GRPO group). Each run is a
+session, which moves through these states; the last four are terminal and final:
+
+    registered -> initializing -> ready -> running -> post_run -> building -> evaluating
+               -> completed | error | timeout | cancelled
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..config import Strict
+
+
+class SessionState(StrEnum):
+    REGISTERED = "registered"
+    INITIALIZING = "initializing"
+    READY = "ready"
+    RUNNING = "running"
+    POST_RUN = "post_run"
+    BUILDING = "building"
+    EVALUATING = "evaluating"
+    COMPLETED = "completed"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({SessionState.COMPLETED, SessionState.ERROR, SessionState.TIMEOUT, SessionState.CANCELLED})
+
+
+class HarnessSpec(Strict):
+    name: str = Field(description="a harness adapter: codex, claude_code, qwen_code, gemini_cli, pi, mini_swe_agent")
+    dialect: str | None = Field(None, description="for pi: which wire API")
+    max_steps: int = Field(20, ge=1)
+
+
+class RuntimeSpec(Strict):
+    kind: Literal["local"] = "local"
+    repo: str | None = Field(None, description="a folder copied as the session's working copy")
+    sandbox: bool = Field(True, description="bubblewrap where present: read-only host, private /tmp")
+
+
+class EvaluatorSpec(Strict):
+    kind: str = "session_completed"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskSpec(Strict):
+    task_id: str | None = Field(None, description="given or minted; submitting an id twice is a conflict")
+    instruction: str = Field(min_length=1)
+    fields: dict[str, Any] = Field(default_factory=dict, description="the dataset row")
+    harness: HarnessSpec
+    runtime: RuntimeSpec = RuntimeSpec()
+    builder: Literal["per_request", "prefix_tree"] = "prefix_tree"
+    evaluator: EvaluatorSpec = EvaluatorSpec()
+    num_samples: int = Field(1, ge=1, le=4096)
+    priority: int = Field(0, ge=0, le=100, description="higher enters INIT first; running sessions are never preempted")
+    session_timeout_s: float = Field(1800, gt=0, description="from the start of INIT to the result")
+    agent_timeout_s: float = Field(1200, gt=0, description="the harness's own run; time in READY does not count")
+    early_stop_k: int | None = Field(None, ge=1, description="cancel stragglers once k sessions are done")
+    callback_url: str | None = Field(None, description="POSTed the task result when every session is final")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Timing(BaseModel):
+    queued_s: float = 0.0
+    init_s: float = 0.0
+    ready_wait_s: float = 0.0
+    run_s: float = 0.0
+    postrun_s: float = 0.0
+
+
+class SessionResult(BaseModel):
+    """A session's outcome, sent by its gateway node; the rollout server keeps the first it gets."""
+
+    session_id: str
+    task_id: str
+    status: SessionState
+    reward: float | None = None
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    masked: bool = Field(False, description="an infrastructure failure: exclude from training, do not score 0")
+    traces_path: str | None = None
+    stats: dict[str, Any] = Field(default_factory=dict)
+    timing: Timing = Timing()
+    node_id: str | None = None
+    error: str | None = None
+
+
+class DispatchRequest(BaseModel):
+    session_id: str
+    task: TaskSpec
+    callback_url: str
+    sample_index: int = 0
+
+
+class NodeMetrics(BaseModel):
+    init_queue: int = 0
+    init_inflight: int = 0
+    ready: int = 0
+    run_inflight: int = 0
+    postrun_queue: int = 0
+    postrun_inflight: int = 0
+
+
+class NodeCapacity(Strict):
+    init: int = Field(4, ge=1)
+    run: int = Field(8, ge=1)
+    postrun: int = Field(4, ge=1)
+    ready: int = Field(8, ge=0, description="the READY buffer target")
+
+
+class NodeRegistration(Strict):
+    node_id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    url: str
+    capacity: NodeCapacity = NodeCapacity()
+    heartbeat_s: float = Field(5.0, gt=0)
