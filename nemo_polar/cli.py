@@ -87,6 +87,14 @@ def _bench_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_pipeline(args: argparse.Namespace) -> int:
+    from .bench.pipeline import run
+
+    result = run(sessions=args.sessions, seed=args.seed)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
 def _traces(args: argparse.Namespace) -> int:
     from .store import SqliteStore
     from .traces import build
@@ -170,6 +178,11 @@ def parser() -> argparse.ArgumentParser:
     bmerge.add_argument("--sessions", type=int, default=12, help="generated long sessions")
     bmerge.add_argument("--seed", type=int, default=0)
     bmerge.set_defaults(func=_bench_merge)
+    bpipe = bench.add_parser("pipeline", help="naive slots vs staged pools with a READY buffer, simulated sessions")
+    bpipe.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bpipe.add_argument("--sessions", type=int, default=200)
+    bpipe.add_argument("--seed", type=int, default=0)
+    bpipe.set_defaults(func=_bench_pipeline)
     return p
 
 
