@@ -70,6 +70,7 @@ from .sessions import (
     ToolResult,
     User,
     compact_sorted,
+    function_tool,
     interleave,
     load_template,
     qwen_tokenizer_dir,
@@ -85,23 +86,11 @@ _CLOSING = ("stop", "tool_calls", "stop_sequence")  # the reference's end-of-tur
 # --- the generated corpus -----------------------------------------------------------------------
 
 
-def _tool(name: str, description: str, **props: str) -> dict[str, Any]:
-    properties = {k: {"type": v} for k, v in props.items()}
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": [next(iter(props))]},
-        },
-    }
-
-
 TOOLS = [
-    _tool("bash", "Run a shell command in the workspace.", command="string", timeout="integer"),
-    _tool("read_file", "Read a file from the workspace.", path="string", offset="integer", limit="integer"),
-    _tool("edit_file", "Replace text in a file.", path="string", old="string", new="string"),
-    _tool("Task", "Launch a background sub-agent for a self-contained task.", prompt="string", title="string"),
+    function_tool("bash", "Run a shell command in the workspace.", command="string", timeout="integer"),
+    function_tool("read_file", "Read a file from the workspace.", path="string", offset="integer", limit="integer"),
+    function_tool("edit_file", "Replace text in a file.", path="string", old="string", new="string"),
+    function_tool("Task", "Launch a background sub-agent for a self-contained task.", prompt="string", title="string"),
 ]
 MAIN_SYSTEM = (
     "You are an interactive coding agent working in the repository at /repo. Use the tools to inspect and "

@@ -40,6 +40,19 @@ CLAUDE_CODE_SUMMARY = (
 )
 
 
+def function_tool(name: str, description: str, **props: str) -> dict[str, Any]:
+    """An OpenAI-style function tool whose parameters are `props` (name -> JSON type), the first required."""
+    properties = {k: {"type": v} for k, v in props.items()}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": [next(iter(props))]},
+        },
+    }
+
+
 def load_template(name: str) -> str:
     return (TEMPLATES / f"{name}.jinja").read_text()
 

@@ -64,7 +64,7 @@ class TaskSpec(Strict):
     builder: Literal["per_request", "prefix_tree"] = "prefix_tree"
     evaluator: EvaluatorSpec = EvaluatorSpec()
     num_samples: int = Field(1, ge=1, le=4096)
-    priority: int = Field(0, ge=0, le=100, description="higher enters INIT first; running sessions are never preempted")
+    priority: int = Field(0, ge=0, le=100, description="higher enters INIT first; running ones are never preempted")
     session_timeout_s: float = Field(1800, gt=0, description="from the start of INIT to the result")
     agent_timeout_s: float = Field(1200, gt=0, description="the harness's own run; time in READY does not count")
     early_stop_k: int | None = Field(None, ge=1, description="cancel stragglers once k sessions are done")

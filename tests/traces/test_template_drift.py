@@ -26,30 +26,18 @@ from .sessions import (
     expected_chain,
     failed_record,
     first_difference,
+    function_tool,
     interleave,
     load_template,
     to_records,
 )
 
-
-def _tool(name: str, description: str, **props: str) -> dict:
-    properties = {k: {"type": v} for k, v in props.items()}
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": [next(iter(props))]},
-        },
-    }
-
-
 TOOLS = [
-    _tool("bash", "Run a shell command in the workspace.", command="string", timeout="integer"),
-    _tool("read_file", "Read a file from the workspace.", path="string", limit="integer"),
-    _tool("edit_file", "Replace text in a file.", path="string", old="string", new="string"),
+    function_tool("bash", "Run a shell command in the workspace.", command="string", timeout="integer"),
+    function_tool("read_file", "Read a file from the workspace.", path="string", limit="integer"),
+    function_tool("edit_file", "Replace text in a file.", path="string", old="string", new="string"),
 ]
-SUBAGENT_TOOL = _tool("Task", "Launch a sub-agent for a self-contained search task.", prompt="string")
+SUBAGENT_TOOL = function_tool("Task", "Launch a sub-agent for a self-contained search task.", prompt="string")
 MAIN_SYSTEM = "You are a coding agent. Work in the repository at /repo and keep answers short."
 SUB_SYSTEM = "You are a file search specialist. Report paths and line numbers, nothing else."
 
