@@ -1,0 +1,318 @@
+"""The rollout server's HTTP API, through a real uvicorn server on a thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import orjson
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from nemo_polar.server.rollout import RolloutConfig, RolloutThread
+
+TOKEN = "s3cret"
+H = {"x-polar-control-token": TOKEN}
+TASK = {"instruction": "fix the bug", "harness": {"name": "codex"}}
+NODE = {"node_id": "n1", "url": "http://n1:9000", "heartbeat_s": 5.0}
+
+
+def make(tmp_path, **kw) -> RolloutThread:
+    cfg = RolloutConfig.model_validate(
+        {"port": 0, "control_token": TOKEN, "reap_interval_s": 0.05, "store": {"path": str(tmp_path / "r.sqlite")}}
+        | kw
+    )
+    return RolloutThread(cfg)
+
+
+@pytest.fixture
+def srv(tmp_path):
+    with make(tmp_path) as t:
+        yield t
+
+
+@pytest.fixture
+def client(srv):
+    with httpx.Client(base_url=srv.url, headers=H, timeout=10) as c:
+        yield c
+
+
+def submit(client, **kw) -> dict:
+    r = client.post("/tasks", json=TASK | kw)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def finish(client, task_id, sid, status="completed", reward=1.0) -> httpx.Response:
+    body = {"session_id": sid, "task_id": task_id, "status": status, "reward": reward, "node_id": "n1"}
+    return client.post("/callbacks/session_result", json=body)
+
+
+def test_health(client):
+    assert client.get("/health").json() == {"status": "ok", "nodes": 0, "healthy_nodes": 0}
+
+
+def test_submit_get_list_and_results(client):
+    out = submit(client, task_id="t1", num_samples=3)
+    assert out["task_id"] == "t1" and len(out["session_ids"]) == 3
+    task = client.get("/tasks/t1").json()
+    assert task["status"] == "running" and task["counts"] == {"registered": 3}
+    assert [s["state"] for s in task["sessions"]] == ["registered"] * 3
+    for sid in out["session_ids"]:
+        assert finish(client, "t1", sid).json() == {"status": "accepted", "duplicate": False}
+    task = client.get("/tasks/t1").json()
+    assert task["status"] == "completed" and task["counts"] == {"completed": 3}
+    assert task["sessions"][0]["result"]["reward"] == 1.0
+    listed = client.get("/tasks").json()["tasks"]
+    assert [t["task_id"] for t in listed] == ["t1"] and listed[0]["counts"] == {"completed": 3}
+    assert client.get("/tasks", params={"status": "running"}).json() == {"tasks": []}
+
+
+def test_invalid_spec_names_the_fields(client):
+    r = client.post("/tasks", json={"instruction": "", "harness": {}, "num_samples": 0, "bogus": 1})
+    assert r.status_code == 400
+    msg = r.json()["error"]["message"]
+    for field in ("instruction", "harness.name", "num_samples", "bogus"):
+        assert field in msg
+    r = client.post("/tasks", content=b"{not json")
+    assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
+
+
+def test_duplicate_submit_is_409(client):
+    submit(client, task_id="dup")
+    r = client.post("/tasks", json=TASK | {"task_id": "dup"})
+    assert r.status_code == 409 and "already submitted" in r.json()["error"]["message"]
+
+
+def test_unknown_task_and_node_are_404(client):
+    assert client.get("/tasks/nope").status_code == 404
+    assert client.delete("/tasks/nope").status_code == 404
+    assert client.post("/nodes/nope/drain").status_code == 404
+    r = client.post("/nodes/nope/heartbeat", json={"metrics": {}})
+    assert r.status_code == 404 and "register again" in r.json()["error"]["message"]
+    assert finish(client, "t", "no-such-session").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/tasks", TASK),
+        ("DELETE", "/tasks/x", None),
+        ("POST", "/nodes", NODE),
+        ("POST", "/nodes/n1/heartbeat", {}),
+        ("POST", "/nodes/n1/drain", None),
+        ("POST", "/callbacks/session_result", {}),
+        ("POST", "/callbacks/session_state", {}),
+    ],
+)
+@pytest.mark.parametrize("token", [None, "wrong"])
+def test_control_token_required(srv, method, path, body, token):
+    headers = {"x-polar-control-token": token} if token else {}
+    r = httpx.request(method, srv.url + path, json=body, headers=headers)
+    assert r.status_code == 401 and "x-polar-control-token" in r.json()["error"]["message"]
+
+
+def test_reads_need_no_token(srv):
+    for path in ("/health", "/tasks", "/nodes"):
+        assert httpx.get(srv.url + path).status_code == 200
+
+
+def test_cancel(client):
+    out = submit(client, task_id="c", num_samples=2)
+    finish(client, "c", out["session_ids"][0])
+    r = client.delete("/tasks/c")
+    assert r.status_code == 200 and r.json()["cancelled_sessions"] == [out["session_ids"][1]]
+    task = client.get("/tasks/c").json()
+    assert task["status"] == "cancelled" and task["counts"] == {"completed": 1, "cancelled": 1}
+    assert finish(client, "c", out["session_ids"][1]).json()["duplicate"] is True
+
+
+def test_duplicate_result_is_200_and_first_wins(client):
+    sid = submit(client, task_id="d", num_samples=2)["session_ids"][0]
+    assert finish(client, "d", sid, reward=1.0).json()["duplicate"] is False
+    r = finish(client, "d", sid, status="error", reward=0.0)
+    assert r.status_code == 200 and r.json()["duplicate"] is True
+    session = client.get("/tasks/d").json()["sessions"][0]
+    assert session["state"] == "completed" and session["result"]["reward"] == 1.0
+
+
+def test_bad_results_and_state_reports(client):
+    sid = submit(client, task_id="b")["session_ids"][0]
+    r = client.post("/callbacks/session_result", json={"session_id": sid})
+    assert r.status_code == 400 and "task_id" in r.json()["error"]["message"]
+    assert finish(client, "b", sid, status="running").status_code == 400
+    assert finish(client, "other", sid).status_code == 400
+    r = client.post("/callbacks/session_state", json={"session_id": sid, "state": "running", "node_id": "n1"})
+    assert r.status_code == 200 and r.json()["state"] == "running"
+    r = client.post("/callbacks/session_state", json={"session_id": sid, "state": "ready"})
+    assert r.status_code == 409 and "from running to ready" in r.json()["error"]["message"]
+
+
+def test_nodes_register_heartbeat_drain_list(client):
+    r = client.post("/nodes", json=NODE)
+    assert r.status_code == 201 and r.json()["node_id"] == "n1"
+    bad = client.post("/nodes", json={"node_id": "bad id!", "url": "x", "capacity": {"run": 0}})
+    assert bad.status_code == 400 and "node_id" in bad.text and "capacity.run" in bad.text
+    assert client.post("/nodes/n1/heartbeat", json={"metrics": {"run_inflight": 2}}).status_code == 200
+    assert client.post("/nodes/n1/heartbeat", json={"metrics": {"run_inflight": "x"}}).status_code == 400
+    (n,) = client.get("/nodes").json()["nodes"]
+    assert n["healthy"] and n["metrics"]["run_inflight"] == 2
+    assert client.post("/nodes/n1/drain").json()["draining"] is True
+    (n,) = client.get("/nodes").json()["nodes"]
+    assert not n["healthy"] and client.get("/health").json()["healthy_nodes"] == 0
+
+
+def test_next_dispatch_priority_node_and_attempts(srv, client):
+    server = srv.server
+    submit(client, task_id="low", num_samples=1)
+    high = submit(client, task_id="high", num_samples=1, priority=90)
+    assert server.next_dispatch() is None  # no node yet
+    client.post("/nodes", json=NODE)
+    d = server.next_dispatch()
+    assert d.request.session_id == high["session_ids"][0] and d.node.id == "n1" and d.attempt == 1
+    assert d.request.callback_url == f"{srv.url}/callbacks/session_result"
+    assert d.request.task.task_id == "high"
+    assert server.reservations["n1"] == 1
+    server.dispatch_failed(d.request.session_id)
+    again = server.next_dispatch()
+    assert again.request.session_id == d.request.session_id and again.attempt == 2
+    assert server.next_dispatch().request.task.task_id == "low"
+    assert server.next_dispatch() is None  # nothing left waiting
+    session = client.get("/tasks/high").json()["sessions"][0]
+    assert session["state"] == "registered" and session["node_id"] == "n1" and session["attempt"] == 2
+
+
+def test_lost_node_requeues_unstarted_and_fails_running(srv, client):
+    client.post("/nodes", json=NODE | {"heartbeat_s": 0.4})  # stale 1 s after its last heartbeat
+    ids = submit(client, task_id="t", num_samples=2)["session_ids"]
+    for _ in ids:
+        srv.server.next_dispatch()
+    client.post("/callbacks/session_state", json={"session_id": ids[1], "state": "running", "node_id": "n1"})
+    deadline = time.time() + 5
+    while time.time() < deadline:  # the reaper notices the missing heartbeats
+        states = [s["state"] for s in client.get("/tasks/t").json()["sessions"]]
+        if states == ["registered", "error"]:
+            break
+        time.sleep(0.05)
+    sessions = client.get("/tasks/t").json()["sessions"]
+    assert [s["state"] for s in sessions] == ["registered", "error"]
+    assert sessions[0]["node_id"] is None and sessions[1]["result"]["error"] == "node lost"
+    assert sessions[1]["result"]["masked"] is True
+
+
+def test_early_stop_cancels_stragglers(client):
+    ids = submit(client, task_id="e", num_samples=4, early_stop_k=2)["session_ids"]
+    finish(client, "e", ids[0])
+    assert client.get("/tasks/e").json()["status"] == "running"
+    finish(client, "e", ids[1])
+    task = client.get("/tasks/e").json()
+    assert task["status"] == "completed" and task["counts"] == {"completed": 2, "cancelled": 2}
+
+
+class Receiver:
+    """A tiny HTTP server that keeps what is POSTed to it."""
+
+    def __init__(self) -> None:
+        self.got: list[dict] = []
+        app = Starlette(routes=[Route("/done", self.done, methods=["POST"])])
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    async def done(self, request: Request) -> JSONResponse:
+        self.got.append(orjson.loads(await request.body()))
+        return JSONResponse({})
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/done"
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(5)
+
+
+def test_callback_url_gets_the_task_result_once(client):
+    rx = Receiver()
+    with rx as url:
+        ids = submit(client, task_id="cb", num_samples=2, callback_url=url)["session_ids"]
+        for sid in ids:
+            finish(client, "cb", sid)
+        finish(client, "cb", ids[0])  # a duplicate does not post again
+        deadline = time.time() + 5
+        while not rx.got and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+    assert len(rx.got) == 1
+    assert rx.got[0]["task_id"] == "cb" and rx.got[0]["counts"] == {"completed": 2}
+
+
+def test_events_stream_state_changes(srv, client):
+    events: list[dict] = []
+    ready = threading.Event()
+
+    def listen() -> None:
+        with httpx.stream("GET", srv.url + "/events", timeout=10) as r:
+            for line in r.iter_lines():
+                if line.startswith(": connected"):
+                    ready.set()
+                if line.startswith("data: "):
+                    events.append(orjson.loads(line[6:]))
+                    if len(events) >= 2:
+                        return
+
+    t = threading.Thread(target=listen, daemon=True)
+    t.start()
+    assert ready.wait(5)
+    sid = submit(client, task_id="ev")["session_ids"][0]
+    finish(client, "ev", sid)
+    t.join(5)
+    assert events[0] == events[0] | {"event": "task", "task_id": "ev", "status": "running"}
+    assert events[1] | {"event": "session", "session_id": sid, "state": "completed"} == events[1]
+
+
+def test_restart_keeps_results_and_ends_in_flight_sessions(tmp_path):
+    with make(tmp_path) as srv, httpx.Client(base_url=srv.url, headers=H) as c:
+        ids = submit(c, task_id="r", num_samples=3)["session_ids"]
+        finish(c, "r", ids[0])
+        c.post("/callbacks/session_state", json={"session_id": ids[1], "state": "running", "node_id": "n1"})
+    with make(tmp_path) as srv, httpx.Client(base_url=srv.url, headers=H) as c:
+        sessions = c.get("/tasks/r").json()["sessions"]
+        assert [s["state"] for s in sessions] == ["completed", "error", "registered"]
+        assert sessions[0]["result"]["reward"] == 1.0
+        assert sessions[1]["result"]["error"] == "rollout server restarted"
+        assert [s.id for s in srv.server.recovered] == [ids[1]]
+
+
+def test_unknown_route_and_method_answer_json(client):
+    r = client.get("/nope")
+    assert r.status_code == 404 and "/nope" in r.json()["error"]["message"]
+    assert client.put("/tasks").status_code == 405
+
+
+def test_restart_can_keep_sessions_of_live_nodes(tmp_path):
+    with make(tmp_path) as srv, httpx.Client(base_url=srv.url, headers=H) as c:
+        c.post("/nodes", json=NODE | {"heartbeat_s": 60})
+        sid = submit(c, task_id="k")["session_ids"][0]
+        c.post("/callbacks/session_state", json={"session_id": sid, "state": "running", "node_id": "n1"})
+    with make(tmp_path, keep_live_nodes_on_restart=True) as srv, httpx.Client(base_url=srv.url, headers=H) as c:
+        assert c.get("/tasks/k").json()["sessions"][0]["state"] == "running"
+        assert finish(c, "k", sid).json()["duplicate"] is False
+
+
+def test_silent_session_times_out(tmp_path):
+    with make(tmp_path, timeout_grace_s=0) as srv, httpx.Client(base_url=srv.url, headers=H) as c:
+        sid = submit(c, task_id="slow", session_timeout_s=0.1)["session_ids"][0]
+        c.post("/callbacks/session_state", json={"session_id": sid, "state": "initializing", "node_id": "n1"})
+        deadline = time.time() + 5
+        while c.get("/tasks/slow").json()["status"] != "completed" and time.time() < deadline:
+            time.sleep(0.05)
+        (s,) = c.get("/tasks/slow").json()["sessions"]
+        assert s["state"] == "timeout" and s["result"]["masked"] is True
