@@ -1,0 +1,123 @@
+"""LocalRuntime: a session folder, commands in their own process group, bubblewrap where present."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from nemo_polar.server.gateway.runtime import TIMEOUT_RC, LocalRuntime
+
+needs_bwrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
+)
+
+
+def go(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def alive_in_group(pgid: int) -> list[int]:
+    """Processes of that group still running (zombies are dead: only their exit status is left)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_working_copy_home_and_stop(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README").write_text("hello\n")
+
+    async def body():
+        rt = LocalRuntime(tmp_path / "sessions", repo=repo, sandbox=False, session_id="s1")
+        await rt.start()
+        rc, out, err = await rt.exec(["sh", "-c", "cat README; echo $HOME; pwd"])
+        assert rc == 0, err
+        assert out.split() == ["hello", str(rt.home), str(rt.work)]
+        rc, _, _ = await rt.exec(["sh", "-c", "exit 3"])
+        assert rc == 3
+        await rt.stop()
+        return rt
+
+    rt = go(body())
+    assert not rt.folder.exists() and (repo / "README").exists()
+
+
+@needs_bwrap
+def test_bwrap_confines_writes_to_work_and_home(tmp_path):
+    outside_tmp = tmp_path / "escape.txt"  # /tmp is private inside: this must not reach the host
+    outside_host = Path.home() / f".polar-escape-{uuid.uuid4().hex}"  # read-only inside
+
+    async def body():
+        rt = LocalRuntime(tmp_path / "sessions", sandbox=True)
+        assert rt.sandboxed
+        await rt.start()
+        try:
+            ok = await rt.exec(["sh", "-c", f"echo w > {rt.work}/a && echo h > {rt.home}/b"])
+            bad_host = await rt.exec(["sh", "-c", f"echo x > {outside_host}"])
+            bad_tmp = await rt.exec(["sh", "-c", f"echo x > {outside_tmp}"])
+            return rt, ok, bad_host, bad_tmp, (rt.work / "a").read_text(), (rt.home / "b").read_text()
+        finally:
+            await rt.stop()
+
+    rt, ok, bad_host, bad_tmp, a, b = go(body())
+    assert ok[0] == 0 and (a, b) == ("w\n", "h\n")
+    assert bad_host[0] != 0 and "Read-only file system" in bad_host[2]
+    assert not outside_host.exists()
+    assert not outside_tmp.exists()
+    assert not rt.folder.exists()
+
+
+@pytest.mark.parametrize("sandbox", [pytest.param(True, marks=needs_bwrap), False])
+def test_hanging_command_killed_at_timeout(tmp_path, sandbox):
+    async def body():
+        rt = LocalRuntime(tmp_path, sandbox=sandbox)
+        await rt.start()
+        t0 = time.monotonic()
+        # a child in the background as well: the whole group must go, not just the leader
+        rc, out, _ = await rt.exec(["sh", "-c", "echo started; sleep 1000 & sleep 1000"], timeout=0.5)
+        elapsed = time.monotonic() - t0
+        await rt.stop()
+        return rt, rc, out, elapsed
+
+    rt, rc, out, elapsed = go(body())
+    assert rc == TIMEOUT_RC and out == "started\n"
+    assert elapsed < 5
+    (pid,) = rt.pids
+    assert alive_in_group(pid) == []
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not rt.folder.exists()
+
+
+def test_stop_kills_a_running_exec(tmp_path):
+    async def body():
+        rt = LocalRuntime(tmp_path, sandbox=True)
+        await rt.start()
+        task = asyncio.create_task(rt.exec(["sleep", "1000"]))
+        while not rt.pids:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        await rt.stop()
+        rc, _, _ = await asyncio.wait_for(task, 10)
+        return rt, rc
+
+    rt, rc = go(body())
+    assert rc != 0
+    assert alive_in_group(rt.pids[0]) == []
+    assert not rt.folder.exists()
