@@ -1,0 +1,37 @@
+"""One session through the staged pipeline with a real harness (Pi) in a real sandbox, against the
+proxy (fake upstream: this is about the node's wiring, the model is not the point)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nemo_polar.server.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.server.gateway.pipeline import Pipeline, Session
+from nemo_polar.server.gateway.stages import HarnessStages
+from nemo_polar.traces.export import read_jsonl
+
+
+def _request(session_id: str, **harness) -> DispatchRequest:
+    task = TaskSpec(task_id="t1", instruction="Say hello.", harness={"name": "pi", "max_steps": 2} | harness,
+                    agent_timeout_s=120)
+    return DispatchRequest(session_id=session_id, task=task, callback_url="http://unused")
+
+
+def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_path):
+    results: list[SessionResult] = []
+
+    async def on_result(result: SessionResult) -> None:
+        results.append(result)
+
+    async def main() -> None:
+        stages = HarnessStages(proxy.proxy, proxy.url, tmp_path / "node", "node-1", on_result)
+        async with Pipeline(1, 1, 1, 1, stages) as pipeline:
+            await pipeline.submit(Session.from_dispatch(_request("s-1")))
+
+    asyncio.run(main())
+    (result,) = results
+    assert result.status is SessionState.COMPLETED and result.reward == 1.0 and not result.masked
+    assert result.stats["exit_code"] == 0 and result.stats["trainable"] >= 1
+    (trace,) = read_jsonl(result.traces_path)
+    assert sum(trace.loss_mask) > 0
+    assert not (tmp_path / "node" / "s-1").exists()  # the sandbox folder is gone
