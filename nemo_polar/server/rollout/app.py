@@ -33,6 +33,7 @@ from starlette.routing import Route
 from ...config import Strict
 from ..contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from . import scheduler
+from .dispatcher import dispatch_loop
 from .store import IllegalMove, NodeRow, RolloutStore, SessionRow, StoreError
 
 log = logging.getLogger("nemo_polar.rollout")
@@ -57,6 +58,7 @@ class RolloutConfig(Strict):
         description="on start-up, keep in-flight sessions of nodes whose last heartbeat is recent: the reaper"
         " fails them later if the node is really gone. Off: every in-flight session ends in error",
     )
+    dispatch: bool = Field(True, description="send waiting sessions to registered gateway nodes")
     store: RolloutStoreConfig = RolloutStoreConfig()
 
 
@@ -202,9 +204,12 @@ class RolloutServer:
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self._loop = asyncio.get_running_loop()
         reaper = asyncio.create_task(self._reap_loop())
+        dispatcher = asyncio.create_task(dispatch_loop(self)) if self.config.dispatch else None
         yield
         self._loop = None
         reaper.cancel()
+        if dispatcher is not None:
+            dispatcher.cancel()
         for t in list(self._callbacks):
             t.cancel()
 

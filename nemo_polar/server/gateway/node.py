@@ -1,0 +1,143 @@
+"""A gateway node: the proxy plus the staged pipeline, registered with a rollout server.
+
+One HTTP server per node: the harnesses' model API (the proxy) and the node routes below.
+It registers at start-up, heartbeats its stage metrics, reports every state change and delivers
+each session's result to the rollout server, retrying until it is acknowledged (the server keeps
+the first result it gets, so a retry is never counted twice).
+
+    POST /sessions            a DispatchRequest (202; 409 when the session is already here)
+    GET /sessions/{id}        its state
+    DELETE /sessions/{id}     cancel it (cleanup still runs)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+
+from ...config import Strict
+from ...proxy.app import Proxy, json_response
+from ..contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
+from .pipeline import Pipeline, Session
+from .stages import HarnessStages
+
+log = logging.getLogger("nemo_polar.gateway")
+
+
+class NodeConfig(Strict):
+    node_id: str = "node-0"
+    rollout_url: str = "http://127.0.0.1:8900"
+    public_url: str = Field("http://127.0.0.1:8800", description="how the rollout server and harnesses reach us")
+    root: str = Field("runs/node", description="session folders and traces")
+    capacity: NodeCapacity = NodeCapacity()
+    heartbeat_s: float = Field(2.0, gt=0)
+    control_token: str | None = None
+
+
+class GatewayNode:
+    def __init__(self, config: NodeConfig, proxy: Proxy):
+        self.config, self.proxy = config, proxy
+        cap = config.capacity
+        stages = HarnessStages(proxy, config.public_url, Path(config.root).resolve(), config.node_id, self._deliver)
+        self.pipeline = Pipeline(cap.init, cap.run, cap.postrun, cap.ready, stages, on_transition=self._report)
+        self.sessions: dict[str, Session] = {}
+        headers = {"x-polar-control-token": config.control_token} if config.control_token else {}
+        self.http = httpx.AsyncClient(base_url=config.rollout_url, timeout=10.0, headers=headers)
+        self._tasks: set[asyncio.Task] = set()
+        routes = [
+            Route("/sessions", self.dispatch, methods=["POST"]),
+            Route("/sessions/{session_id}", self.status, methods=["GET"]),
+            Route("/sessions/{session_id}", self.cancel, methods=["DELETE"]),
+            Mount("/", app=proxy.app),
+        ]
+        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        self.pipeline.start()
+        beat = asyncio.create_task(self._heartbeat_loop())
+        yield
+        beat.cancel()
+        await self.pipeline.close()
+        for t in list(self._tasks):
+            await asyncio.wait([t], timeout=5)
+        await self.http.aclose()
+        await self.proxy.upstream.close()
+
+    async def dispatch(self, request: Request) -> Response:
+        try:
+            req = DispatchRequest.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return json_response({"error": {"message": f"invalid dispatch: {exc.errors()[:3]}"}}, 400)
+        if req.session_id in self.sessions:
+            return json_response({"session_id": req.session_id, "duplicate": True}, 409)
+        session = Session.from_dispatch(req)
+        self.sessions[req.session_id] = session
+        self.pipeline.submit(session)
+        return json_response({"session_id": req.session_id, "accepted": True}, 202)
+
+    async def status(self, request: Request) -> Response:
+        session = self.sessions.get(request.path_params["session_id"])
+        if session is None:
+            return json_response({"error": {"message": "unknown session"}}, 404)
+        return json_response({"session_id": session.session_id, "state": session.state.value, "cause": session.cause})
+
+    async def cancel(self, request: Request) -> Response:
+        found = self.pipeline.cancel(request.path_params["session_id"], "cancelled by the rollout server")
+        return json_response({"cancelled": found}, 200 if found else 404)
+
+    # --- talking to the rollout server ------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        registration = NodeRegistration(node_id=self.config.node_id, url=self.config.public_url,
+                                        capacity=self.config.capacity, heartbeat_s=self.config.heartbeat_s)
+        registered = False
+        while True:
+            try:
+                if not registered:
+                    r = await self.http.post("/nodes", json=registration.model_dump(mode="json"))
+                    registered = r.status_code < 300
+                else:
+                    metrics = self.pipeline.metrics().model_dump()
+                    r = await self.http.post(f"/nodes/{self.config.node_id}/heartbeat", json={"metrics": metrics})
+                    registered = r.status_code != 404  # the server forgot us: register again
+            except httpx.HTTPError as exc:
+                log.warning("rollout server unreachable: %s", exc)
+            await asyncio.sleep(self.config.heartbeat_s)
+
+    def _report(self, session_id: str, state: SessionState, cause: str | None) -> None:
+        body = {"session_id": session_id, "state": state.value, "node_id": self.config.node_id}
+        if not state.terminal:  # a final state travels with its result
+            self._spawn(self._post("/callbacks/session_state", body, attempts=3))
+
+    async def _deliver(self, result: SessionResult) -> None:
+        await self._post("/callbacks/session_result", result.model_dump(mode="json"), attempts=30)
+        self.sessions.pop(result.session_id, None)
+
+    async def _post(self, path: str, body: dict[str, Any], attempts: int) -> None:
+        for attempt in range(attempts):
+            try:
+                r = await self.http.post(path, json=body)
+                if r.status_code < 500:
+                    if r.status_code >= 400:
+                        log.warning("rollout server refused %s: %s", path, r.text[:200])
+                    return
+            except httpx.HTTPError as exc:
+                log.warning("posting %s failed (try %d): %s", path, attempt + 1, exc)
+            await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
+        log.error("gave up posting %s for %s", path, body.get("session_id"))
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

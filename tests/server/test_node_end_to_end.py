@@ -1,0 +1,67 @@
+"""A task through the whole system on real processes' code paths: rollout server -> dispatch ->
+gateway node (proxy + staged pipeline) -> Pi in a bubblewrap sandbox -> results and traces back."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import uvicorn
+
+from nemo_polar.config import ProxyConfig
+from nemo_polar.proxy.app import Proxy
+from nemo_polar.proxy.serve import free_port
+from nemo_polar.server.gateway.node import GatewayNode, NodeConfig
+from nemo_polar.server.rollout import RolloutConfig, RolloutThread
+from nemo_polar.traces.export import read_jsonl
+
+
+class NodeThread:
+    def __init__(self, node: GatewayNode, port: int):
+        self.server = uvicorn.Server(uvicorn.Config(node.app, host="127.0.0.1", port=port, log_level="warning"))
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path):
+    rollout_cfg = RolloutConfig(port=0, control_token="tok", store={"path": str(tmp_path / "rollout.sqlite")})
+    with RolloutThread(rollout_cfg) as rollout:
+        port = free_port()
+        proxy = Proxy(ProxyConfig.model_validate({
+            "port": port, "store": {"path": str(tmp_path / "records.sqlite")},
+            "upstream": {"url": fake_upstream.url, "timeout_s": 30},
+        }))
+        node = GatewayNode(NodeConfig(node_id="n1", rollout_url=rollout.url, public_url=f"http://127.0.0.1:{port}",
+                                      root=str(tmp_path / "node"), heartbeat_s=0.2, control_token="tok"), proxy)
+        with NodeThread(node, port):
+            headers = {"x-polar-control-token": "tok"}
+            task = {"task_id": "t1", "instruction": "Say hello.", "num_samples": 2,
+                    "harness": {"name": "pi", "max_steps": 2}, "agent_timeout_s": 120}
+            assert httpx.post(rollout.url + "/tasks", json=task, headers=headers).status_code in (200, 201)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                body = httpx.get(rollout.url + "/tasks/t1").json()
+                if body.get("status") not in (None, "running", "pending"):
+                    break
+                time.sleep(0.3)
+        sessions = body["sessions"]
+        assert len(sessions) == 2, body
+        for s in sessions:
+            assert s["state"] == "completed", s
+            result = s["result"]
+            assert result["reward"] == 1.0 and not result["masked"] and result["node_id"] == "n1"
+            (trace,) = read_jsonl(result["traces_path"])
+            assert sum(trace.loss_mask) > 0
+        assert [p.name for p in (tmp_path / "node").iterdir()] == ["traces"]  # every sandbox recycled
+        proxy.store.close()
