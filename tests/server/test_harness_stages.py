@@ -12,8 +12,9 @@ from nemo_polar.traces.export import read_jsonl
 
 
 def _request(session_id: str, **harness) -> DispatchRequest:
-    task = TaskSpec(task_id="t1", instruction="Say hello.", harness={"name": "pi", "max_steps": 2} | harness,
-                    agent_timeout_s=120)
+    task = TaskSpec(
+        task_id="t1", instruction="Say hello.", harness={"name": "pi", "max_steps": 2} | harness, agent_timeout_s=120
+    )
     return DispatchRequest(session_id=session_id, task=task, callback_url="http://unused")
 
 

@@ -38,16 +38,35 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
     rollout_cfg = RolloutConfig(port=0, control_token="tok", store={"path": str(tmp_path / "rollout.sqlite")})
     with RolloutThread(rollout_cfg) as rollout:
         port = free_port()
-        proxy = Proxy(ProxyConfig.model_validate({
-            "port": port, "store": {"path": str(tmp_path / "records.sqlite")},
-            "upstream": {"url": fake_upstream.url, "timeout_s": 30},
-        }))
-        node = GatewayNode(NodeConfig(node_id="n1", rollout_url=rollout.url, public_url=f"http://127.0.0.1:{port}",
-                                      root=str(tmp_path / "node"), heartbeat_s=0.2, control_token="tok"), proxy)
+        proxy = Proxy(
+            ProxyConfig.model_validate(
+                {
+                    "port": port,
+                    "store": {"path": str(tmp_path / "records.sqlite")},
+                    "upstream": {"url": fake_upstream.url, "timeout_s": 30},
+                }
+            )
+        )
+        node = GatewayNode(
+            NodeConfig(
+                node_id="n1",
+                rollout_url=rollout.url,
+                public_url=f"http://127.0.0.1:{port}",
+                root=str(tmp_path / "node"),
+                heartbeat_s=0.2,
+                control_token="tok",
+            ),
+            proxy,
+        )
         with NodeThread(node, port):
             headers = {"x-polar-control-token": "tok"}
-            task = {"task_id": "t1", "instruction": "Say hello.", "num_samples": 2,
-                    "harness": {"name": "pi", "max_steps": 2}, "agent_timeout_s": 120}
+            task = {
+                "task_id": "t1",
+                "instruction": "Say hello.",
+                "num_samples": 2,
+                "harness": {"name": "pi", "max_steps": 2},
+                "agent_timeout_s": 120,
+            }
             assert httpx.post(rollout.url + "/tasks", json=task, headers=headers).status_code in (200, 201)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:

@@ -99,8 +99,12 @@ class GatewayNode:
 
     # --- talking to the rollout server ------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
-        registration = NodeRegistration(node_id=self.config.node_id, url=self.config.public_url,
-                                        capacity=self.config.capacity, heartbeat_s=self.config.heartbeat_s)
+        registration = NodeRegistration(
+            node_id=self.config.node_id,
+            url=self.config.public_url,
+            capacity=self.config.capacity,
+            heartbeat_s=self.config.heartbeat_s,
+        )
         registered = False
         while True:
             try:

@@ -44,8 +44,14 @@ class Work:
 
 
 class HarnessStages:
-    def __init__(self, proxy: Proxy, proxy_url: str, root: Path, node_id: str,
-                 on_result: Callable[[SessionResult], Awaitable[None]]):
+    def __init__(
+        self,
+        proxy: Proxy,
+        proxy_url: str,
+        root: Path,
+        node_id: str,
+        on_result: Callable[[SessionResult], Awaitable[None]],
+    ):
         self.proxy, self.proxy_url, self.root, self.node_id = proxy, proxy_url, Path(root), node_id
         self.on_result = on_result
 
@@ -65,8 +71,13 @@ class HarnessStages:
         task, runtime = work.request.task, work.runtime
         assert runtime is not None
         harness = harness_for(task.harness.name, task.harness.dialect)
-        launch = harness.launch(task.instruction, Endpoint(self.proxy_url, work.api_key), runtime.home,
-                                runtime.work, task.harness.max_steps)
+        launch = harness.launch(
+            task.instruction,
+            Endpoint(self.proxy_url, work.api_key),
+            runtime.home,
+            runtime.work,
+            task.harness.max_steps,
+        )
         launch.write_files(runtime.home)
         rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=session.agent_timeout_s)
         work.exit_code, work.agent_timed_out = rc, rc == TIMEOUT_RC
@@ -96,9 +107,16 @@ class HarnessStages:
         infrastructure = work.runtime is None or session_id is None  # never reached the agent
         reward = None if infrastructure else float(status is SessionState.COMPLETED and work.exit_code == 0)
         return SessionResult(
-            session_id=session.session_id, task_id=task.task_id or "", status=status, reward=reward,
+            session_id=session.session_id,
+            task_id=task.task_id or "",
+            status=status,
+            reward=reward,
             reward_components={"session_completed": reward} if reward is not None else {},
-            masked=infrastructure, traces_path=traces_path, stats=stats | {"exit_code": work.exit_code,
-            "agent_timed_out": work.agent_timed_out, "finished_at": time.time()}, timing=session.timing,
-            node_id=self.node_id, error=session.error or session.cause,
+            masked=infrastructure,
+            traces_path=traces_path,
+            stats=stats
+            | {"exit_code": work.exit_code, "agent_timed_out": work.agent_timed_out, "finished_at": time.time()},
+            timing=session.timing,
+            node_id=self.node_id,
+            error=session.error or session.cause,
         )
