@@ -25,8 +25,8 @@ def _up(args: argparse.Namespace) -> int:
     from .config import load
     from .server.up import UpConfig, up
 
-    rows = up(load(UpConfig, "up", args.overrides))
-    return 0 if all(r["exit"] == 0 and r["calls"] == r["ok"] > 0 for r in rows) else 1
+    summary = up(load(UpConfig, "up", args.overrides))
+    return 0 if summary["by_status"].get("completed", 0) == summary["sessions"] else 1
 
 
 def _model_build(args: argparse.Namespace) -> int:
@@ -123,8 +123,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="polar", description="Token-faithful rollouts of agent harnesses for GRPO.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("up", help="the local stack: vLLM on the tiny model, the proxy, every harness once")
-    run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. harnesses=[codex] max_steps=5")
+    run = sub.add_parser("up", help="the whole system on a dataset: vLLM, a rollout server, a gateway node")
+    run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. num_samples=4 vllm.start=false")
     run.set_defaults(func=_up)
 
     proxy = sub.add_parser("proxy", help="run the token-faithful proxy alone (capture only)")

@@ -1,27 +1,32 @@
-"""`polar up`: the whole local stack on one machine, every model call recorded.
+"""`polar up`: the whole system on one machine, on a dataset.
 
-vLLM serves the tiny model (or any upstream you name), the proxy stands in front of it, and each
-configured harness runs once on the task in its own HOME and working folder. The run folder keeps
-the store, the records as JSONL and each harness's output.
+vLLM serves the tiny model (or any upstream you name), a rollout server keeps every task, session
+and result in SQLite, and one gateway node (the proxy and the staged pools) runs each harness in a
+sandbox. Every dataset row becomes one task per harness, `num_samples` sessions each (a GRPO
+group). The run folder keeps the stores, each session's traces and a results JSONL.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from pathlib import Path
+from statistics import fmean
 
+import httpx
 from pydantic import Field
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from ..config import ProxyConfig, Strict
 from ..local.vllm_server import VLLMServer
-from ..proxy.serve import ProxyThread
-from ..traces import build
-from ..traces.export import write_jsonl
-from .gateway.harnesses import HARNESSES, Endpoint, Harness
-from .gateway.harnesses.pi import Pi
-from .gateway.runner import run_launch
+from ..proxy.app import Proxy
+from ..proxy.serve import free_port
+from .contracts import HarnessSpec, NodeCapacity, TaskSpec
+from .gateway.node import GatewayNode, NodeConfig, NodeThread
+from .rollout import RolloutConfig, RolloutThread
 
 
 class VLLMConfig(Strict):
@@ -31,101 +36,124 @@ class VLLMConfig(Strict):
     timeout_s: float = 300
 
 
+class NodeSection(Strict):
+    capacity: NodeCapacity = NodeCapacity()
+
+
 class UpConfig(Strict):
     run_dir: str = "runs/up"
-    task: str
-    harnesses: list[str] = Field(min_length=1)
+    dataset: str = Field(description="JSONL rows with `instruction` and optional `fields`")
+    harnesses: list[HarnessSpec] = Field(min_length=1)
+    num_samples: int = Field(2, ge=1)
     max_steps: int = Field(3, ge=1)
-    harness_timeout_s: float = Field(300, gt=0)
+    session_timeout_s: float = Field(600, gt=0)
+    agent_timeout_s: float = Field(300, gt=0)
     vllm: VLLMConfig = VLLMConfig()
+    node: NodeSection = NodeSection()
     proxy: ProxyConfig = ProxyConfig()
 
 
-def harness(spec: str) -> Harness:
-    name, _, dialect = spec.partition(":")
-    if name == "pi":
-        return Pi(dialect or "openai_chat")
-    if name not in HARNESSES or dialect:
-        raise ValueError(f"unknown harness {spec!r}: choose from {sorted(HARNESSES)} (pi:<dialect> for pi)")
-    return HARNESSES[name]()
+def tasks(cfg: UpConfig) -> list[TaskSpec]:
+    rows = [json.loads(line) for line in Path(cfg.dataset).read_text().splitlines() if line.strip()]
+    out = []
+    for i, row in enumerate(rows):
+        for h in cfg.harnesses:
+            name = h.name + (f"-{h.dialect}" if h.dialect else "")
+            out.append(
+                TaskSpec(
+                    task_id=f"{row.get('fields', {}).get('id', i)}-{name}",
+                    instruction=row["instruction"],
+                    fields=row.get("fields", {}),
+                    harness=h.model_copy(update={"max_steps": cfg.max_steps}),
+                    num_samples=cfg.num_samples,
+                    session_timeout_s=cfg.session_timeout_s,
+                    agent_timeout_s=cfg.agent_timeout_s,
+                )
+            )
+    return out
 
 
-def up(cfg: UpConfig, console: Console | None = None) -> list[dict]:
+def up(cfg: UpConfig, console: Console | None = None) -> dict:
     console = console or Console(width=120)
     run_dir = Path(cfg.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
-    harnesses = [(spec, harness(spec)) for spec in cfg.harnesses]
-    proxy_cfg = cfg.proxy.model_copy(
-        update={"store": cfg.proxy.store.model_copy(update={"path": str(run_dir / "records.sqlite")})}
-    )
-    server = VLLMServer(model=Path(cfg.vllm.model), port=cfg.vllm.port, log_path=run_dir / "vllm.log")
-    rows: list[dict] = []
+    specs = tasks(cfg)
+    vllm = VLLMServer(model=Path(cfg.vllm.model), port=cfg.vllm.port, log_path=run_dir / "vllm.log")
     try:
+        proxy_cfg = cfg.proxy
         if cfg.vllm.start:
             with console.status(f"starting vLLM on {cfg.vllm.model} (about a minute on CPU)"):
-                server.start(cfg.vllm.timeout_s)
-            up_cfg = proxy_cfg.upstream.model_copy(update={"url": server.url, "model": server.served_name})
-            proxy_cfg = proxy_cfg.model_copy(update={"upstream": up_cfg})
-        with ProxyThread(proxy_cfg) as proxy:
-            console.print(f"proxy on {proxy.url} -> {proxy_cfg.upstream.engine} {proxy_cfg.upstream.url}")
-            for spec, h in harnesses:
-                with console.status(f"running {spec}"):
-                    rows.append(_run_one(proxy, spec, h, cfg, run_dir))
-            proxy.proxy.store.flush()
-            with open(run_dir / "records.jsonl", "w") as out:
-                for record in proxy.proxy.store.records():
-                    out.write(record.model_dump_json() + "\n")
+                vllm.start(cfg.vllm.timeout_s)
+            upstream = proxy_cfg.upstream.model_copy(update={"url": vllm.url, "model": vllm.served_name})
+            proxy_cfg = proxy_cfg.model_copy(update={"upstream": upstream})
+        summary = _run(cfg, specs, proxy_cfg, run_dir, console)
     finally:
-        server.stop()
-    console.print(_table(rows))
+        vllm.stop()
+    console.print(_table(summary))
     console.print(f"run folder: {run_dir}")
-    return rows
+    return summary
 
 
-def _run_one(proxy: ProxyThread, spec: str, h: Harness, cfg: UpConfig, run_dir: Path) -> dict:
-    session = proxy.proxy.sessions.open(metadata={"harness": spec})
-    folder = run_dir / spec.replace(":", "-")
-    launch = h.launch(cfg.task, Endpoint(proxy.url, session.api_key), folder / "home", folder / "work", cfg.max_steps)
-    t0 = time.monotonic()
-    done = run_launch(launch, folder / "home", folder / "work", cfg.harness_timeout_s)
-    (folder / "stdout.log").write_text(done.stdout)
-    (folder / "stderr.log").write_text(done.stderr)
-    proxy.proxy.store.flush()
-    records = proxy.proxy.store.records(session.id)
-    traces = build(records, "prefix_tree")
-    write_jsonl(traces, folder / "traces.jsonl", session_id=session.id)
+def _run(cfg: UpConfig, specs: list[TaskSpec], proxy_cfg: ProxyConfig, run_dir: Path, console: Console) -> dict:
+    port = proxy_cfg.port or free_port()
+    proxy_cfg = proxy_cfg.model_copy(
+        update={"port": port, "store": proxy_cfg.store.model_copy(update={"path": str(run_dir / "records.sqlite")})}
+    )
+    rollout_cfg = RolloutConfig(port=0, store={"path": str(run_dir / "rollout.sqlite")})
+    with RolloutThread(rollout_cfg) as rollout:
+        proxy = Proxy(proxy_cfg)
+        node_cfg = NodeConfig(
+            node_id="node-0",
+            rollout_url=rollout.url,
+            public_url=f"http://127.0.0.1:{port}",
+            root=str(run_dir / "node"),
+            capacity=cfg.node.capacity,
+            heartbeat_s=1.0,
+        )
+        with NodeThread(GatewayNode(node_cfg, proxy), "127.0.0.1", port):
+            for spec in specs:
+                httpx.post(rollout.url + "/tasks", json=spec.model_dump(mode="json")).raise_for_status()
+            results = _wait(rollout.url, [s.task_id for s in specs], len(specs) * cfg.num_samples, console)
+        proxy.store.close()
+    with open(run_dir / "results.jsonl", "w") as out:
+        out.writelines(json.dumps(s) + "\n" for s in results)
+    return _summarize(results)
+
+
+def _wait(url: str, task_ids: list[str], total: int, console: Console) -> list[dict]:
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("sessions", total=total)
+        while True:
+            tasks = [httpx.get(f"{url}/tasks/{t}").json() for t in task_ids]
+            sessions = [s for t in tasks for s in t["sessions"]]
+            done = sum(s["result"] is not None for s in sessions)
+            progress.update(bar, completed=done)
+            if done == total:
+                return sessions
+            time.sleep(0.5)
+
+
+def _summarize(sessions: list[dict]) -> dict:
+    results = [s["result"] for s in sessions]
+    stats = [r.get("stats") or {} for r in results]
+    rewards = [r["reward"] for r in results if r.get("reward") is not None and not r.get("masked")]
+    timing = {
+        k: round(fmean(r["timing"][k] for r in results), 2) for k in ("init_s", "ready_wait_s", "run_s", "postrun_s")
+    }
     return {
-        "harness": spec,
-        "exit": "timeout" if done.timed_out else done.returncode,
-        "calls": len(records),
-        "ok": sum(r.status == "ok" for r in records),
-        "dialects": ",".join(sorted({r.dialect for r in records})),
-        "prompt_tokens": sum(len(r.prompt_token_ids) for r in records),
-        "completion_tokens": sum(len(r.completion_token_ids) for r in records),
-        "traces": traces.stats.traces,
-        "trace_tokens": traces.stats.trace_tokens,
-        "seconds": round(time.monotonic() - t0, 1),
+        "sessions": len(results),
+        "by_status": dict(Counter(s["state"] for s in sessions)),
+        "masked": sum(bool(r.get("masked")) for r in results),
+        "mean_reward": round(fmean(rewards), 3) if rewards else None,
+        "calls": sum(s.get("trainable", 0) for s in stats),
+        "traces": sum(s.get("traces", 0) for s in stats),
+        "trace_tokens": sum(s.get("trace_tokens", 0) for s in stats),
+        "mean_stage_s": timing,
     }
 
 
-COLUMNS = (
-    "harness",
-    "exit",
-    "calls",
-    "ok",
-    "dialects",
-    "prompt_tokens",
-    "completion_tokens",
-    "traces",
-    "trace_tokens",
-    "seconds",
-)
-
-
-def _table(rows: list[dict]) -> Table:
-    table = Table(title="polar up")
-    for col in COLUMNS:
-        table.add_column(col.replace("_", " "), justify="left" if col in ("harness", "dialects") else "right")
-    for r in rows:
-        table.add_row(*(str(r[c]) for c in COLUMNS))
+def _table(summary: dict) -> Table:
+    table = Table(title="polar up", show_header=False)
+    for key, value in summary.items():
+        table.add_row(key.replace("_", " "), json.dumps(value) if isinstance(value, dict) else str(value))
     return table

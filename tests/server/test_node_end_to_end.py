@@ -3,35 +3,16 @@ gateway node (proxy + staged pipeline) -> Pi in a bubblewrap sandbox -> results 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import httpx
-import uvicorn
 
 from nemo_polar.config import ProxyConfig
 from nemo_polar.proxy.app import Proxy
 from nemo_polar.proxy.serve import free_port
-from nemo_polar.server.gateway.node import GatewayNode, NodeConfig
+from nemo_polar.server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
 from nemo_polar.traces.export import read_jsonl
-
-
-class NodeThread:
-    def __init__(self, node: GatewayNode, port: int):
-        self.server = uvicorn.Server(uvicorn.Config(node.app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()), daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(30)
 
 
 def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path):
@@ -58,7 +39,7 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
             ),
             proxy,
         )
-        with NodeThread(node, port):
+        with NodeThread(node, "127.0.0.1", port):
             headers = {"x-polar-control-token": "tok"}
             task = {
                 "task_id": "t1",

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
 from pydantic import Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -121,7 +124,7 @@ class GatewayNode:
 
     def _report(self, session_id: str, state: SessionState, cause: str | None) -> None:
         body = {"session_id": session_id, "state": state.value, "node_id": self.config.node_id}
-        if not state.terminal:  # a final state travels with its result
+        if state is not SessionState.REGISTERED and not state.terminal:  # a final state travels with its result
             self._spawn(self._post("/callbacks/session_state", body, attempts=3))
 
     async def _deliver(self, result: SessionResult) -> None:
@@ -145,3 +148,26 @@ class GatewayNode:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+class NodeThread:
+    """A gateway node's server on a thread of this process, for tests and `polar up`."""
+
+    def __init__(self, node: GatewayNode, host: str, port: int):
+        config = uvicorn.Config(node.app, host=host, port=port, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self.server.serve()), name="polar-node", daemon=True
+        )
+
+    def __enter__(self) -> NodeThread:
+        self._thread.start()
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("gateway node failed to start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self._thread.join(60)

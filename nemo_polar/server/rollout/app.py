@@ -332,7 +332,16 @@ class RolloutServer:
     @route(control=True)
     async def session_state(self, request: Request) -> Response:
         report = parse(StateReport, await body(request))
-        s = self.store.move(report.session_id, report.state, f"reported by {report.node_id or 'node'}", report.node_id)
+        try:
+            s = self.store.move(
+                report.session_id, report.state, f"reported by {report.node_id or 'node'}", report.node_id
+            )
+        except IllegalMove:
+            # reports cross on the network: one that does not move the session forward is stale, not wrong
+            s = self.store.session(report.session_id)
+            if s.node_id is not None and report.node_id is not None and s.node_id != report.node_id:
+                raise
+            return json_response(s.as_json() | {"stale": True})
         self._emit_session(s, "reported")
         return json_response(s.as_json())
 
