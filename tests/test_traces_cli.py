@@ -17,8 +17,17 @@ def test_traces_command_builds_each_session(proxy, session, tmp_path):
     first = client.chat.completions.create(model="m", messages=messages, max_tokens=3)
     proxy.proxy.store.flush()
     out = tmp_path / "traces"
-    cmd = [sys.executable, "-m", "nemo_polar.cli", "traces", "--store", proxy.proxy.config.store.path,
-           "--out", str(out), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "nemo_polar.cli",
+        "traces",
+        "--store",
+        proxy.proxy.config.store.path,
+        "--out",
+        str(out),
+        "--json",
+    ]
     summary = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout)
     (stats,) = summary
     assert stats["session_id"] == session["session_id"] and stats["traces"] == 1 and stats["trainable"] == 1
