@@ -2,37 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import socket
-import threading
-
-import uvicorn
-
 from ..config import ProxyConfig
+from ..serving import ServerThread, free_port, server
 from .app import Proxy
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _server(proxy: Proxy) -> uvicorn.Server:
-    cfg = proxy.config
-    return uvicorn.Server(
-        uvicorn.Config(
-            proxy.app,
-            host=cfg.host,
-            port=cfg.port,
-            log_level="warning",
-            access_log=False,
-            loop="uvloop",
-            http="httptools",
-            timeout_keep_alive=75,
-            backlog=4096,
-        )
-    )
+__all__ = ["ProxyThread", "free_port", "serve"]
 
 
 def serve(config: ProxyConfig) -> None:
@@ -42,34 +16,24 @@ def serve(config: ProxyConfig) -> None:
             f"polar proxy on http://{config.host}:{config.port} -> {config.upstream.engine} {config.upstream.url}",
             flush=True,
         )
-        _server(proxy).run()
+        server(proxy.app, config.host, config.port).run()
     finally:
         proxy.store.close()
 
 
-class ProxyThread:
+class ProxyThread(ServerThread):
     """A real proxy server on a thread of this process, for tests and benchmarks."""
 
     def __init__(self, config: ProxyConfig):
         if config.port == 0:
             config = config.model_copy(update={"port": free_port()})
         self.proxy = Proxy(config)
-        self.server = _server(self.proxy)
-        self.url = f"http://{config.host}:{config.port}"
-        self._thread = threading.Thread(target=self._run, name="polar-proxy", daemon=True)
-
-    def _run(self) -> None:
-        asyncio.run(self.server.serve())
+        super().__init__(self.proxy.app, config.host, config.port, "polar-proxy")
 
     def __enter__(self) -> ProxyThread:
-        self._thread.start()
-        while not self.server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("proxy failed to start")
-            threading.Event().wait(0.01)
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self._thread.join(10)
+        self.stop(10)
         self.proxy.store.close()

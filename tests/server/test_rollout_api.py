@@ -8,13 +8,13 @@ import time
 import httpx
 import orjson
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
+from nemo_polar.serving import ServerThread, free_port
 
 TOKEN = "s3cret"
 H = {"x-polar-control-token": TOKEN}
@@ -224,8 +224,7 @@ class Receiver:
     def __init__(self) -> None:
         self.got: list[dict] = []
         app = Starlette(routes=[Route("/done", self.done, methods=["POST"])])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = ServerThread(app, "127.0.0.1", free_port(), "receiver")
 
     async def done(self, request: Request) -> JSONResponse:
         self.got.append(orjson.loads(await request.body()))
@@ -233,14 +232,10 @@ class Receiver:
 
     def __enter__(self) -> str:
         self.thread.start()
-        while not self.server.started:
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/done"
+        return self.thread.url + "/done"
 
     def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(5)
+        self.thread.stop(5)
 
 
 def test_callback_url_gets_the_task_result_once(client):

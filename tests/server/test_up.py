@@ -12,10 +12,18 @@ from nemo_polar.server.up import UpConfig, up
 def test_up_runs_every_row_per_harness_and_keeps_the_results(fake_upstream, tmp_path):
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(json.dumps({"instruction": "Say hi.", "fields": {"id": "hi"}}) + "\n")
-    cfg = load(UpConfig, "up", [
-        f"dataset={dataset}", f"run_dir={tmp_path / 'runs'}", "harnesses=[{name: pi}]", "num_samples=2",
-        "vllm.start=false", f"proxy.upstream.url={fake_upstream.url}",
-    ])
+    cfg = load(
+        UpConfig,
+        "up",
+        [
+            f"dataset={dataset}",
+            f"run_dir={tmp_path / 'runs'}",
+            "harnesses=[{name: pi}]",
+            "num_samples=2",
+            "vllm.start=false",
+            f"proxy.upstream.url={fake_upstream.url}",
+        ],
+    )
     summary = up(cfg)
     assert summary["sessions"] == 2 and summary["by_status"] == {"completed": 2} and summary["mean_reward"] == 1.0
     (run,) = (tmp_path / "runs").iterdir()

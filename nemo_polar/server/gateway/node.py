@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
 from pydantic import Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,6 +28,7 @@ from starlette.routing import Mount, Route
 
 from ...config import Strict
 from ...proxy.app import Proxy, json_response
+from ...serving import ServerThread
 from ..contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
 from .pipeline import Pipeline, Session
 from .stages import HarnessStages
@@ -150,24 +148,15 @@ class GatewayNode:
         task.add_done_callback(self._tasks.discard)
 
 
-class NodeThread:
+class NodeThread(ServerThread):
     """A gateway node's server on a thread of this process, for tests and `polar up`."""
 
     def __init__(self, node: GatewayNode, host: str, port: int):
-        config = uvicorn.Config(node.app, host=host, port=port, log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self.server.serve()), name="polar-node", daemon=True
-        )
+        super().__init__(node.app, host, port, "polar-node")
 
     def __enter__(self) -> NodeThread:
-        self._thread.start()
-        while not self.server.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("gateway node failed to start")
-            time.sleep(0.01)
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self._thread.join(60)
+        self.stop(60)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,7 +21,6 @@ from typing import Any
 
 import httpx
 import orjson
-import uvicorn
 from pydantic import BaseModel, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -31,6 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ...config import Strict
+from ...serving import ServerThread, free_port, server
 from ..contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from . import scheduler
 from .dispatcher import dispatch_loop
@@ -472,49 +471,29 @@ class RolloutServer:
                 log.exception("reaping stale nodes failed")
 
 
-def _uvicorn(server: RolloutServer) -> uvicorn.Server:
-    cfg = server.config
-    return uvicorn.Server(
-        uvicorn.Config(
-            server.app, host=cfg.host, port=cfg.port, log_level="warning", access_log=False, timeout_keep_alive=75
-        )
-    )
-
-
 def serve(config: RolloutConfig) -> None:
     """`polar serve-rollout`: in the foreground until interrupted."""
-    server = RolloutServer(config)
+    rollout = RolloutServer(config)
     try:
         print(f"polar rollout server on http://{config.host}:{config.port} (store {config.store.path})", flush=True)
-        _uvicorn(server).run()
+        server(rollout.app, config.host, config.port).run()
     finally:
-        server.store.close()
+        rollout.store.close()
 
 
-class RolloutThread:
+class RolloutThread(ServerThread):
     """A real rollout server on a thread of this process, for tests and `polar up`."""
 
     def __init__(self, config: RolloutConfig, store: RolloutStore | None = None):
         if config.port == 0:
-            with socket.socket() as s:
-                s.bind((config.host, 0))
-                config = config.model_copy(update={"port": s.getsockname()[1]})
+            config = config.model_copy(update={"port": free_port(config.host)})
         self.server = RolloutServer(config, store)
-        self.uvicorn = _uvicorn(self.server)
-        self.url = f"http://{config.host}:{config.port}"
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self.uvicorn.serve()), name="polar-rollout", daemon=True
-        )
+        super().__init__(self.server.app, config.host, config.port, "polar-rollout")
 
     def __enter__(self) -> RolloutThread:
-        self._thread.start()
-        while not self.uvicorn.started:
-            if not self._thread.is_alive():
-                raise RuntimeError("rollout server failed to start")
-            time.sleep(0.01)
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.uvicorn.should_exit = True
-        self._thread.join(10)
+        self.stop(10)
         self.server.store.close()
