@@ -29,6 +29,14 @@ def _up(args: argparse.Namespace) -> int:
     return 0 if summary["by_status"].get("completed", 0) == summary["sessions"] else 1
 
 
+def _serve_rollout(args: argparse.Namespace) -> int:
+    from .config import load
+    from .server.rollout import RolloutConfig, serve
+
+    serve(load(RolloutConfig, "rollout", args.overrides))
+    return 0
+
+
 def _model_build(args: argparse.Namespace) -> int:
     from .local.tiny_model import build
 
@@ -126,6 +134,10 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("up", help="the whole system on a dataset: vLLM, a rollout server, a gateway node")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. num_samples=4 vllm.start=false")
     run.set_defaults(func=_up)
+
+    rollout = sub.add_parser("serve-rollout", help="the rollout server alone (tasks, sessions, results, nodes)")
+    rollout.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. port=8900 store.path=FILE")
+    rollout.set_defaults(func=_serve_rollout)
 
     proxy = sub.add_parser("proxy", help="run the token-faithful proxy alone (capture only)")
     proxy.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. upstream.url=http://h:8000 port=8800")
