@@ -37,6 +37,17 @@ def _serve_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from .server.status import fetch, render
+
+    status = fetch(args.url)
+    if args.json:
+        print(json.dumps(status))
+    else:
+        render(status)
+    return 0
+
+
 def _model_build(args: argparse.Namespace) -> int:
     from .local.tiny_model import build
 
@@ -138,6 +149,11 @@ def parser() -> argparse.ArgumentParser:
     rollout = sub.add_parser("serve-rollout", help="the rollout server alone (tasks, sessions, results, nodes)")
     rollout.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. port=8900 store.path=FILE")
     rollout.set_defaults(func=_serve_rollout)
+
+    status = sub.add_parser("status", help="tasks and gateway nodes of a running rollout server")
+    status.add_argument("--url", default="http://127.0.0.1:8900")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=_status)
 
     proxy = sub.add_parser("proxy", help="run the token-faithful proxy alone (capture only)")
     proxy.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. upstream.url=http://h:8000 port=8800")

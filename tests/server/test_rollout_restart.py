@@ -65,6 +65,14 @@ def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path):
         assert sessions[queued]["state"] == "registered"
         again = httpx.post(url + "/callbacks/session_result", json=result, headers=H)
         assert again.status_code == 200 and again.json().get("duplicate") is True
+        shown = subprocess.run(
+            [sys.executable, "-m", "nemo_polar.cli", "status", "--url", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        assert "completed 1" in shown and "error 1" in shown and "registered 1" in shown and "n1" in shown
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
