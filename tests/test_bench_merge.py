@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from nemo_polar.bench import merge
-from nemo_polar.bench.merge import linear_chains, trie_size
+from nemo_polar.bench.merge import linear_chains
 from nemo_polar.records import CompletionRecord, Session, UpstreamInfo
-from nemo_polar.traces import unique_tokens
+from nemo_polar.traces import trie_size, unique_tokens
 from nemo_polar.traces.models import Segment, Trace
 
 UP = UpstreamInfo(engine="vllm", url="http://x", model="m")
@@ -92,6 +92,20 @@ def test_linear_chain_breaks_without_an_end_of_turn_token():
     assert out.breaks == {"eot_unavailable": 1} and out.dropped_calls == 1
 
 
+def _walked_trie(sequences: list[list[int]]) -> int:
+    """The plain definition: walk a dict trie, count the nodes created."""
+    root: dict = {}
+    count = 0
+    for seq in sequences:
+        node = root
+        for tok in seq:
+            if tok not in node:
+                node[tok] = {}
+                count += 1
+            node = node[tok]
+    return count
+
+
 def test_trie_size_counts_like_unique_tokens():
     rng = random.Random(3)
     traces = []
@@ -109,7 +123,8 @@ def test_trie_size_counts_like_unique_tokens():
             )
         )
     traces.append(traces[0])  # a duplicate adds nothing
-    assert trie_size([t.prompt_ids + t.response_ids for t in traces]) == unique_tokens(traces)
+    sequences = [t.prompt_ids + t.response_ids for t in traces]
+    assert trie_size(sequences) == unique_tokens(traces) == _walked_trie(sequences)
 
 
 # --- the generated corpus -----------------------------------------------------------------------

@@ -55,7 +55,7 @@ from typing import Any
 
 from ..errors import ConfigError, TraceBuildError
 from ..records import CompletionRecord
-from ..traces import build
+from ..traces import build, trie_size
 from ..traces.builders import per_request, trainable
 from ..traces.drift import common_prefix
 from ..traces.models import BuildStats, Segment, Trace
@@ -463,15 +463,6 @@ class Measured:
 
     def false_merges(self) -> int:
         return max(0, (self.case.real_chains or 0) - self.roots)
-
-
-def trie_size(sequences: list[list[int]]) -> int:
-    """Distinct non-empty prefixes of the sequences (the nodes of their trie): once they are sorted,
-    each adds its length less what it shares with the one before. Same count as
-    `nemo_polar.traces.unique_tokens`, without walking a dict per token."""
-    ordered = sorted(sequences)
-    shared = sum(common_prefix(a, b) for a, b in zip(ordered, ordered[1:], strict=False))
-    return sum(map(len, ordered)) - shared
 
 
 def _figures(traces: list[Trace], sampled: int) -> Figures:

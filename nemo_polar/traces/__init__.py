@@ -7,6 +7,7 @@ from collections import Counter
 from ..errors import ConfigError
 from ..records import CompletionRecord
 from .builders import end_of_turn, per_request, prefix_tree, trainable
+from .drift import common_prefix
 from .models import BuildResult, BuildStats, DriftEvent, Segment, Trace
 
 BUILDERS = ("per_request", "prefix_tree")
@@ -63,17 +64,15 @@ def keep_causal_prefix(trace: Trace, max_tokens: int) -> Trace:
 
 def unique_tokens(traces: list[Trace]) -> int:
     """Distinct positions over all traces (a trie count): the floor for what a trainer must process."""
-    root: dict = {}
-    count = 0
-    for t in traces:
-        node = root
-        for tok in t.prompt_ids + t.response_ids:
-            nxt = node.get(tok)
-            if nxt is None:
-                nxt = node[tok] = {}
-                count += 1
-            node = nxt
-    return count
+    return trie_size([t.prompt_ids + t.response_ids for t in traces])
+
+
+def trie_size(sequences: list[list[int]]) -> int:
+    """The nodes of the sequences' trie (their distinct non-empty prefixes): once sorted, each sequence
+    adds its length less what it shares with the one before, with no walk per token."""
+    ordered = sorted(sequences)
+    shared = sum(common_prefix(a, b) for a, b in zip(ordered, ordered[1:], strict=False))
+    return sum(map(len, ordered)) - shared
 
 
 __all__ = ["BUILDERS", "BuildResult", "BuildStats", "DriftEvent", "Segment", "Trace", "build"]
