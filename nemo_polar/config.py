@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ConfigError
+from .errors import ConfigError, problems
 
 CONF_DIR = Path(os.environ.get("POLAR_CONF_DIR", Path(__file__).resolve().parent.parent / "conf"))
 
@@ -58,8 +58,7 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems(exc))) from None
 
 
 def compose(config_name: str, overrides: list[str]) -> dict[str, Any]:

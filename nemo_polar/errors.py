@@ -20,6 +20,13 @@ record status a failed call is stored with.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
+
+def problems(exc: ValidationError, limit: int | None = None, whole: str = "body") -> list[str]:
+    """pydantic's report as `field.path: message` lines (`whole` names an error about the whole input)."""
+    return [f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']}" for e in exc.errors()[:limit]]
+
 
 class PolarError(Exception):
     """Base of every error the project raises on purpose."""

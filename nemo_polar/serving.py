@@ -8,7 +8,13 @@ import threading
 import time
 from typing import Any
 
+import orjson
 import uvicorn
+from starlette.responses import Response
+
+
+def json_response(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

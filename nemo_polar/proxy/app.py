@@ -25,6 +25,7 @@ from ..chat import ChatRequest, Completion, Delta, ToolCallDelta
 from ..config import ProxyConfig
 from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute
 from ..records import CompletionRecord, Session, UpstreamInfo
+from ..serving import json_response
 from ..store import SqliteStore
 from .backends import BACKENDS
 from .dialects import DIALECTS, Dialect, guess_dialect
@@ -36,10 +37,6 @@ log = logging.getLogger("nemo_polar.proxy")
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _CREDENTIAL_FIELDS = ("api_key", "apiKey", "key", "authorization")
-
-
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
 def error_response(dialect: Dialect, err: PolarError) -> Response:

@@ -15,7 +15,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from ...chat import ChatRequest, Completion, Delta
-from ...errors import PolarError, RequestInvalid
+from ...errors import PolarError, RequestInvalid, problems
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -33,8 +33,7 @@ def validate(model: type[BaseModel], body: Any) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:5])
-        raise RequestInvalid(f"invalid request: {problems}") from None
+        raise RequestInvalid(f"invalid request: {'; '.join(problems(exc, limit=5))}") from None
 
 
 class StreamRenderer(ABC):

@@ -27,8 +27,9 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from ...config import Strict
-from ...proxy.app import Proxy, json_response
-from ...serving import ServerThread
+from ...errors import problems
+from ...proxy.app import Proxy
+from ...serving import ServerThread, json_response
 from ..contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
 from .pipeline import Pipeline, Session
 from .stages import HarnessStages
@@ -80,7 +81,7 @@ class GatewayNode:
         try:
             req = DispatchRequest.model_validate_json(await request.body())
         except ValidationError as exc:
-            return json_response({"error": {"message": f"invalid dispatch: {exc.errors()[:3]}"}}, 400)
+            return json_response({"error": {"message": "invalid dispatch: " + "; ".join(problems(exc))}}, 400)
         if req.session_id in self.sessions:
             return json_response({"session_id": req.session_id, "duplicate": True}, 409)
         session = Session.from_dispatch(req)

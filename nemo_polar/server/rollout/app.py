@@ -29,7 +29,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ...config import Strict
-from ...serving import ServerThread, free_port, server
+from ...errors import problems
+from ...serving import ServerThread, free_port, json_response, server
 from ..contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from . import scheduler
 from .dispatcher import dispatch_loop
@@ -90,10 +91,6 @@ class Dispatch:
     attempt: int
 
 
-def json_response(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
-
-
 def error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"status": status, "message": message}}
 
@@ -103,8 +100,7 @@ def parse(model: type[BaseModel], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc']) or '(body)'}: {e['msg']}" for e in exc.errors()]
-        raise ApiError(400, f"invalid {model.__name__}: " + "; ".join(lines)) from None
+        raise ApiError(400, f"invalid {model.__name__}: " + "; ".join(problems(exc, whole="(body)"))) from None
 
 
 class Broadcaster:
