@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
 from nemo_polar.proxy.serve import ProxyThread, free_port
 from nemo_polar.records import CompletionRecord
 from nemo_polar.server.gateway.harnesses import Endpoint, Harness
-from nemo_polar.server.gateway.runner import run_launch
+from nemo_polar.server.gateway.runtime import TIMEOUT_RC, LocalRuntime
 
 
 @pytest.fixture(scope="session")
@@ -65,9 +66,19 @@ def run_harness(
 ) -> HarnessRun:
     """Run a harness CLI against the proxy with its own HOME and working copy; return its records."""
     session = proxy.proxy.sessions.open(metadata={"harness": harness.name})
-    home, work = tmp_path / "home", tmp_path / "work"
-    launch = harness.launch(task, Endpoint(proxy.url, session.api_key), home, work, max_steps)
-    done = run_launch(launch, home, work, timeout)
-    assert not done.timed_out, f"{harness.name} ran past {timeout}s"
+
+    async def run() -> tuple[int, str, str]:
+        # not sandboxed: codex brings its own bubblewrap, which does not nest inside ours
+        runtime = LocalRuntime(tmp_path, sandbox=False, session_id="harness")
+        await runtime.start()
+        try:
+            launch = harness.launch(task, Endpoint(proxy.url, session.api_key), runtime.home, runtime.work, max_steps)
+            launch.write_files(runtime.home)
+            return await runtime.exec(launch.argv, launch.env, timeout=timeout)
+        finally:
+            await runtime.stop()
+
+    rc, out, err = asyncio.run(run())
+    assert rc != TIMEOUT_RC, f"{harness.name} ran past {timeout}s"
     proxy.proxy.store.flush()
-    return HarnessRun(done.returncode, done.stdout, done.stderr, proxy.proxy.store.records(session.id))
+    return HarnessRun(rc, out, err, proxy.proxy.store.records(session.id))
