@@ -31,6 +31,7 @@ from .backends import BACKENDS
 from .dialects import DIALECTS, Dialect, guess_dialect
 from .gate import GenerationGate
 from .sessions import Sessions
+from .splice import SpliceIndex
 from .upstream import Upstream
 
 log = logging.getLogger("nemo_polar.proxy")
@@ -121,7 +122,7 @@ class Proxy:
                 return error_response(dialect, err)
             streaming = False
             try:
-                call.upstream_body = self.backend.build_body(call.request, self.sessions.splices(call.session.id))
+                call.upstream_body = self.backend.build_body(call.request, self._splices(call))
                 if call.request.stream and self.backend.streams:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
@@ -142,6 +143,10 @@ class Proxy:
             return json_response(dialect.render_response(completion, call.request))
 
         return handle
+
+    def _splices(self, call: Call) -> SpliceIndex | None:
+        """The session's sampled turns, kept (and read back from the store) only for engines that splice."""
+        return self.sessions.splices(call.session.id) if self.backend.splices else None
 
     async def _admit(self, request: Request, dialect: Dialect) -> Call:
         key = api_key(request)
@@ -185,7 +190,7 @@ class Proxy:
         error: str | None = None,
     ) -> None:
         c = completion
-        if c is not None:
+        if c is not None and self.backend.splices:
             self.sessions.splices(call.session.id).add(c)
         # built from our own values: validation would only cost time on the response path
         self.store.add_record(

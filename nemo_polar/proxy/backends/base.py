@@ -40,6 +40,7 @@ def tool_choice_body(choice: str | dict[str, Any] | None) -> str | dict[str, Any
 class Backend:
     engine = "openai"
     streams = True  # False: the engine is always called without streaming
+    splices = False  # True: the engine takes earlier turns' tokens back (build_body gets a SpliceIndex)
 
     def __init__(self, url: str, model: str, sampling: dict[str, Any] | None = None):
         self.url = url.rstrip("/")

@@ -22,6 +22,7 @@ TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_prob
 class NemoRLBackend(Backend):
     engine = "nemo_rl"
     streams = False  # the server answers whole turns; the proxy still streams to the harness
+    splices = True
 
     def __init__(self, url: str, model: str, sampling: dict[str, Any] | None = None):
         sampling = dict(sampling or {})
