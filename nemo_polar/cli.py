@@ -37,6 +37,14 @@ def _serve_rollout(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_gateway(args: argparse.Namespace) -> int:
+    from .config import load
+    from .server.gateway.node import GatewayConfig, serve
+
+    serve(load(GatewayConfig, "gateway", args.overrides))
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
     from .server.status import fetch, render
 
@@ -149,6 +157,10 @@ def parser() -> argparse.ArgumentParser:
     rollout = sub.add_parser("serve-rollout", help="the rollout server alone (tasks, sessions, results, nodes)")
     rollout.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. port=8900 store.path=FILE")
     rollout.set_defaults(func=_serve_rollout)
+
+    gateway = sub.add_parser("serve-gateway", help="one gateway node (proxy + staged pools) for a rollout server")
+    gateway.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. node.rollout_url=http://head:8900")
+    gateway.set_defaults(func=_serve_gateway)
 
     status = sub.add_parser("status", help="tasks and gateway nodes of a running rollout server")
     status.add_argument("--url", default="http://127.0.0.1:8900")

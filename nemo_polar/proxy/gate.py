@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from ..errors import Paused
@@ -17,6 +17,7 @@ class GenerationGate:
         self._open.set()
         self._drained = asyncio.Event()
         self._drained.set()
+        self.listeners: list[Callable[[bool], None]] = []  # told paused=True/False (a node's pipeline)
 
     @property
     def paused(self) -> bool:
@@ -47,6 +48,8 @@ class GenerationGate:
     async def pause(self, timeout_s: float) -> bool:
         """Stop admitting calls and wait until none runs; False if they did not drain in time."""
         self._open.clear()
+        for listener in self.listeners:
+            listener(True)
         try:
             await asyncio.wait_for(self._drained.wait(), timeout_s)
             return True
@@ -55,6 +58,8 @@ class GenerationGate:
 
     def resume(self) -> None:
         self._open.set()
+        for listener in self.listeners:
+            listener(False)
 
     def status(self) -> dict[str, object]:
         return {"paused": self.paused, "inflight": self.inflight}

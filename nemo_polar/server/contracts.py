@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ..config import Strict
 
@@ -39,9 +39,16 @@ TERMINAL = frozenset({SessionState.COMPLETED, SessionState.ERROR, SessionState.T
 
 
 class HarnessSpec(Strict):
-    name: str = Field(description="a harness adapter: codex, claude_code, qwen_code, gemini_cli, pi, mini_swe_agent")
+    name: str = Field(description="codex, claude_code, qwen_code, gemini_cli, pi, mini_swe_agent or shell")
     dialect: str | None = Field(None, description="for pi: which wire API")
+    command: str | None = Field(None, description="for shell: the command, run with sh -c in the working copy")
     max_steps: int = Field(20, ge=1)
+
+    @model_validator(mode="after")
+    def _shell_has_command(self) -> HarnessSpec:
+        if self.name == "shell" and not self.command:
+            raise ValueError("harness `shell` needs `command`")
+        return self
 
 
 class RuntimeSpec(Strict):

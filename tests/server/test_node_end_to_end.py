@@ -63,5 +63,6 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
             assert result["reward"] == 1.0 and not result["masked"] and result["node_id"] == "n1"
             (trace,) = read_jsonl(result["traces_path"])
             assert sum(trace.loss_mask) > 0
-        assert [p.name for p in (tmp_path / "node").iterdir()] == ["traces"]  # every sandbox recycled
+        assert sorted(p.name for p in (tmp_path / "node").iterdir()) == ["outbox", "traces"]  # sandboxes recycled
+        assert not any((tmp_path / "node" / "outbox").iterdir())  # every result acknowledged
         proxy.store.close()

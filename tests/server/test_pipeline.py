@@ -295,3 +295,36 @@ def test_random_cancels_and_timeouts_never_leak_a_sandbox():
         assert p.metrics().model_dump() == dict.fromkeys(p.metrics().model_dump(), 0)
 
     go(body())
+
+
+def test_ready_session_is_reaped_when_its_budget_ends_while_every_run_slot_is_held():
+    async def body():
+        f = Fake()
+        async with Pipeline(1, 1, 1, 2, f) as p:
+            p.submit(sess(0, run=None))  # holds the only RUN slot until the gate opens
+            t0 = asyncio.get_running_loop().time()
+            parked = await p.submit(sess(1, run=0.01, session_timeout_s=0.3))
+            waited = asyncio.get_running_loop().time() - t0
+            assert parked.state is S.TIMEOUT and parked.cause == "timeout:session:ready"
+            assert waited < 2.0  # ended at its deadline, not when a RUN slot freed up
+            assert f.calls["postrun"] == 1  # its sandbox was recycled right away
+            f.gate.set()
+            await p.drain()
+        assert f.calls["run"] == 1 and f.calls["postrun"] == 2
+
+    go(body())
+
+
+def test_pause_holds_run_starts_and_resume_releases_them():
+    async def body():
+        f = Fake()
+        async with Pipeline(1, 1, 1, 2, f) as p:
+            p.pause()
+            fut = p.submit(sess(0, run=0.01))
+            await until(lambda: p.metrics().ready == 1)
+            await asyncio.sleep(0.1)
+            assert f.calls["run"] == 0 and not fut.done()
+            p.resume()
+            assert (await fut).state is S.COMPLETED
+
+    go(body())

@@ -315,3 +315,82 @@ def test_silent_session_times_out(tmp_path):
             time.sleep(0.05)
         (s,) = c.get("/tasks/slow").json()["sessions"]
         assert s["state"] == "timeout" and s["result"]["masked"] is True
+
+
+class FakeNode:
+    """Answers every request 2xx and records it: what the rollout server asks of a node."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str]] = []
+        app = Starlette(routes=[Route("/{path:path}", self.any, methods=["GET", "POST", "DELETE"])])
+        self.thread = ServerThread(app, "127.0.0.1", free_port(), "fake-node")
+
+    async def any(self, request: Request) -> JSONResponse:
+        self.got.append((request.method, request.url.path))
+        return JSONResponse({"paused": request.url.path.endswith("pause")}, 202 if request.method == "POST" else 200)
+
+    def __enter__(self) -> FakeNode:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.thread.stop(5)
+
+    def wait(self, method: str, prefix: str, n: int) -> list[str]:
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            paths = [p for m, p in self.got if m == method and p.startswith(prefix)]
+            if len(paths) >= n:
+                return paths
+            time.sleep(0.02)
+        raise AssertionError(f"{self.got} has fewer than {n} {method} {prefix}")
+
+
+def test_cancel_and_early_stop_stop_the_sessions_on_their_node(client):
+    with FakeNode() as node:
+        client.post("/nodes", json=NODE | {"url": node.thread.url}).raise_for_status()
+        ids = submit(client, task_id="c", num_samples=2)["session_ids"]
+        assert sorted(node.wait("POST", "/sessions", 2)) == ["/sessions"] * 2  # both dispatched
+        client.delete("/tasks/c").raise_for_status()
+        assert sorted(node.wait("DELETE", "/sessions/", 2)) == sorted(f"/sessions/{i}" for i in ids)
+
+        ids = submit(client, task_id="k", num_samples=3, early_stop_k=1)["session_ids"]
+        node.wait("POST", "/sessions", 5)
+        finish(client, "k", ids[0])
+        stopped = node.wait("DELETE", "/sessions/", 4)
+        assert sorted(stopped[2:]) == sorted(f"/sessions/{i}" for i in ids[1:])
+
+
+def test_inference_pause_and_resume_reach_every_live_node(client):
+    with FakeNode() as a, FakeNode() as b:
+        for i, n in enumerate((a, b)):
+            client.post("/nodes", json=NODE | {"node_id": f"n{i}", "url": n.thread.url}).raise_for_status()
+        r = client.post("/admin/inference/pause", params={"timeout_seconds": 5})
+        assert r.status_code == 200 and r.json()["ok"] and set(r.json()["nodes"]) == {"n0", "n1"}
+        assert r.json()["nodes"]["n0"]["body"] == {"paused": True}
+        assert client.post("/admin/inference/resume").json()["ok"]
+        for n in (a, b):
+            assert [p for _, p in n.got if p.startswith("/admin")] == [
+                "/admin/inference/pause",
+                "/admin/inference/resume",
+            ]
+    assert client.post("/admin/inference/reboot").status_code == 404
+    assert httpx.post(client.base_url.join("/admin/inference/pause")).status_code == 401  # no token
+
+
+def test_a_node_that_registers_again_has_lost_its_sessions(tmp_path):
+    with make(tmp_path, dispatch=False) as srv, httpx.Client(base_url=srv.url, headers=H) as client:
+        _registers_again(srv, client)
+
+
+def _registers_again(srv, client):
+    client.post("/nodes", json=NODE).raise_for_status()
+    ids = submit(client, task_id="re", num_samples=2, harness={"name": "pi"})["session_ids"]
+    dispatched = [srv.server.next_dispatch(), srv.server.next_dispatch()]
+    assert {d.request.session_id for d in dispatched} == set(ids)
+    body = {"session_id": ids[0], "state": "running", "node_id": "n1"}
+    client.post("/callbacks/session_state", json=body).raise_for_status()
+    client.post("/nodes", json=NODE).raise_for_status()  # its process restarted
+    sessions = {s["session_id"]: s for s in client.get("/tasks/re").json()["sessions"]}
+    assert sessions[ids[0]]["state"] == "error" and sessions[ids[0]]["result"]["error"] == "node restarted"
+    assert sessions[ids[1]]["state"] == "registered"  # never started: dispatched again

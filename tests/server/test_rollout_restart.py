@@ -27,6 +27,7 @@ def start(port: int, store: str) -> subprocess.Popen:
         f"store.path={store}",
         "control_token=tok",
         "dispatch=false",
+        "keep_live_nodes_on_restart=false",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     for _ in range(300):

@@ -58,6 +58,7 @@ class Session:
     t_init: float = 0.0
     deadline: float = math.inf
     task: asyncio.Task | None = None
+    ready_timer: asyncio.TimerHandle | None = None  # ends it in READY when its session budget runs out
     cancel_cause: str | None = None
     started: bool = False  # INIT began: POST-RUN is owed
     future: asyncio.Future | None = None
@@ -180,6 +181,7 @@ class Pipeline:
             self._fail(s, S.CANCELLED, cause)
             self._finish(s, S.CANCELLED, cause)  # nothing was prepared: nothing to clean
         elif s.state is S.READY and self._ready.remove(s):
+            s.ready_timer.cancel()
             self._fail(s, S.CANCELLED, cause)
             self._to_postrun(s)
         elif s.task is not None:
@@ -236,6 +238,7 @@ class Pipeline:
             s.timing.init_s = time.monotonic() - s.t_init
             if ok:
                 self._ready.push(s)
+                s.ready_timer = asyncio.get_running_loop().call_later(max(s.remaining(), 0), self._expire, s)
                 self._emit(s, S.READY, None)
             else:
                 self._to_postrun(s)
@@ -245,6 +248,7 @@ class Pipeline:
         while True:
             await self._wait(lambda: not self._paused and len(self._ready) > 0)
             s = self._ready.pop()
+            s.ready_timer.cancel()
             self._inflight["run"] += 1
             try:
                 await self._run_one(s)
@@ -270,6 +274,12 @@ class Pipeline:
         t0 = time.monotonic()
         await self._stage(s, S.RUNNING, self.stages.run, min(s.agent_timeout_s, remaining), source)
         s.timing.run_s = time.monotonic() - t0
+
+    def _expire(self, s: Session) -> None:
+        """A prepared sandbox must not outlive its budget waiting for a RUN slot (all busy, or paused)."""
+        if self._ready.remove(s):
+            self._fail(s, S.TIMEOUT, "timeout:session:ready")
+            self._to_postrun(s)
 
     async def _postrun_worker(self) -> None:
         while True:

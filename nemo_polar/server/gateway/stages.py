@@ -19,13 +19,16 @@ from ...traces.export import write_jsonl
 from ..contracts import DispatchRequest, SessionResult, SessionState
 from .harnesses import HARNESSES, Endpoint, Harness
 from .harnesses.pi import Pi
+from .harnesses.shell import Shell
 from .pipeline import Session
 from .runtime import TIMEOUT_RC, LocalRuntime
 
 
-def harness_for(name: str, dialect: str | None) -> Harness:
+def harness_for(name: str, dialect: str | None, command: str | None = None) -> Harness:
     if name == "pi":
         return Pi(dialect or "openai_chat")
+    if name == "shell":
+        return Shell(command)
     if name not in HARNESSES:
         raise ValueError(f"unknown harness {name!r}: choose from {sorted(HARNESSES)}")
     return HARNESSES[name]()
@@ -70,7 +73,7 @@ class HarnessStages:
         work: Work = session.data
         task, runtime = work.request.task, work.runtime
         assert runtime is not None
-        harness = harness_for(task.harness.name, task.harness.dialect)
+        harness = harness_for(task.harness.name, task.harness.dialect, task.harness.command)
         launch = harness.launch(
             task.instruction,
             Endpoint(self.proxy_url, work.api_key),

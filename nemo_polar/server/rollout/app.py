@@ -54,12 +54,19 @@ class RolloutConfig(Strict):
         60.0, ge=0, description="past session_timeout_s + this with no result, the server ends a session in timeout"
     )
     keep_live_nodes_on_restart: bool = Field(
-        False,
+        True,
         description="on start-up, keep in-flight sessions of nodes whose last heartbeat is recent: the reaper"
         " fails them later if the node is really gone. Off: every in-flight session ends in error",
     )
     dispatch: bool = Field(True, description="send waiting sessions to registered gateway nodes")
     store: RolloutStoreConfig = RolloutStoreConfig()
+
+
+def _body(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return response.text[:200]
 
 
 def _nobody(node_id: str) -> bool:
@@ -188,8 +195,13 @@ class RolloutServer:
         )
 
     def _alive_at_start(self, node_id: str) -> bool:
+        """Alive when we went down (its heartbeats could not reach us since). It gets a fresh
+        heartbeat window now: if it does not call again, the reaper ends its sessions as lost."""
         node = next((n for n in self.store.nodes() if n.id == node_id), None)
-        return node is not None and scheduler.alive(node, time.time())
+        if node is None or not scheduler.alive(node, self.store.last_activity()):
+            return False
+        self.store.heartbeat(node.id, node.metrics)
+        return True
 
     @property
     def public_url(self) -> str:
@@ -222,6 +234,7 @@ class RolloutServer:
             Route("/callbacks/session_result", self.session_result, methods=["POST"]),
             Route("/callbacks/session_state", self.session_state, methods=["POST"]),
             Route("/events", self.stream_events, methods=["GET"]),
+            Route("/admin/inference/{action}", self.inference, methods=["POST"]),
         ]
 
     def _check_token(self, request: Request) -> None:
@@ -277,13 +290,17 @@ class RolloutServer:
         moved = self.store.cancel(task_id)
         for s in moved:
             self._emit_session(s, "task cancelled")
+        self._stop_on_nodes(moved)
         self._emit("task", task_id=task_id, status=self.store.task(task_id).status)
         return json_response({"task_id": task_id, "cancelled_sessions": [s.id for s in moved]})
 
     # --- nodes --------------------------------------------------------------------------------
     @route(control=True)
     async def register(self, request: Request) -> Response:
-        node = self.store.register_node(parse(NodeRegistration, await body(request)))
+        registration = parse(NodeRegistration, await body(request))
+        # A node registers when its process starts: whatever we still think runs there is lost.
+        await asyncio.to_thread(self._lose_sessions, registration.node_id, "node restarted")
+        node = self.store.register_node(registration)
         self.reservations[node.id] = 0
         self._emit("node", node_id=node.id, status="registered")
         return json_response(node.as_json(), 201)
@@ -349,8 +366,49 @@ class RolloutServer:
         moved = self.store.cancel(task_id, f"early stop: {k} sessions completed", task_status="completed")
         for s in moved:
             self._emit_session(s, "early stop")
+        self._stop_on_nodes(moved)
         if moved:
             self._task_finished(task_id)
+
+    def _stop_on_nodes(self, sessions: list[SessionRow]) -> None:
+        """Cancelled here, so the nodes stop them too and free their slots (their late results are ignored)."""
+        urls = {n.id: n.registration.url.rstrip("/") for n in self.store.nodes()}
+        targets = [f"{urls[s.node_id]}/sessions/{s.id}" for s in sessions if s.node_id in urls]
+        if targets and self._loop is not None:
+            self._spawn(self._fan_out("DELETE", targets))
+
+    async def _fan_out(self, method: str, urls: list[str], timeout_s: float = 10.0) -> dict[str, Any]:
+        """One request to each URL at once; the answer (or the failure) of each, by URL. Best effort."""
+        headers = {"x-polar-control-token": self.config.control_token} if self.config.control_token else {}
+        async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
+            answers = await asyncio.gather(*(client.request(method, u) for u in urls), return_exceptions=True)
+        out: dict[str, Any] = {}
+        for url, a in zip(urls, answers, strict=True):
+            out[url] = repr(a) if isinstance(a, BaseException) else {"status": a.status_code, "body": _body(a)}
+            if isinstance(a, BaseException) or a.status_code >= 500:
+                log.warning("%s %s failed: %s", method, url, out[url])
+        return out
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        fut = asyncio.run_coroutine_threadsafe(coro, self._loop)  # type: ignore[arg-type]
+        self._callbacks.add(fut)
+        fut.add_done_callback(self._callbacks.discard)
+
+    @route(control=True)
+    async def inference(self, request: Request) -> Response:
+        """Weight update: pause (or resume) generation on every live node; answers once each has drained."""
+        action = request.path_params["action"]
+        if action not in ("pause", "resume"):
+            raise ApiError(404, f"unknown action {action!r}: pause or resume")
+        timeout = float(request.query_params.get("timeout_seconds", 300))
+        now = time.time()
+        nodes = [n for n in self.store.nodes() if scheduler.alive(n, now)]
+        urls = [f"{n.registration.url.rstrip('/')}/admin/inference/{action}?timeout_seconds={timeout}" for n in nodes]
+        answers = await self._fan_out("POST", urls, timeout + 10)
+        by_node = {n.id: answers[u] for n, u in zip(nodes, urls, strict=True)}
+        ok = all(isinstance(a, dict) and a["status"] < 300 for a in by_node.values())
+        self._emit("inference", action=action, ok=ok)
+        return json_response({"action": action, "ok": ok, "nodes": by_node}, 200 if ok else 502)
 
     def _task_finished(self, task_id: str) -> None:
         """Called once per task, by whoever made its last session final; works from any thread."""
@@ -359,9 +417,7 @@ class RolloutServer:
         if task.spec.callback_url and self._loop is None:
             log.warning("task %s finished while not serving: its callback is not posted (poll GET /tasks)", task_id)
         elif task.spec.callback_url and self._loop is not None:
-            fut = asyncio.run_coroutine_threadsafe(self._post_callback(task.spec.callback_url, task_id), self._loop)
-            self._callbacks.add(fut)
-            fut.add_done_callback(self._callbacks.discard)
+            self._spawn(self._post_callback(task.spec.callback_url, task_id))
 
     async def _post_callback(self, url: str, task_id: str) -> None:
         """Best effort, once: the trainer can always poll GET /tasks/{id}."""
@@ -430,20 +486,26 @@ class RolloutServer:
         """Sessions of nodes whose heartbeats stopped: unstarted ones re-queued, running ones failed."""
         changed = []
         for node in scheduler.stale(self.store.nodes(), time.time()):
-            requeue, fail = scheduler.lost_plan(self.store.live_sessions(node.id))
-            for s in requeue:
-                with suppress(IllegalMove):  # it moved on (a late report) since we looked: leave it
-                    changed.append(self.store.requeue(s.id, scheduler.NODE_LOST))
-            for s in fail:
-                outcome = self.store.fail(s.id, scheduler.NODE_LOST)
-                if outcome.duplicate:  # its result arrived since we looked
-                    continue
-                changed.append(outcome.session)
-                if outcome.task_finished:
-                    self._task_finished(s.task_id)
-        for s in changed:
-            self._emit_session(s, scheduler.NODE_LOST)
+            changed += self._lose_sessions(node.id, scheduler.NODE_LOST)
         return changed + self.expire_overdue()
+
+    def _lose_sessions(self, node_id: str, cause: str) -> list[SessionRow]:
+        """A node's live sessions when it is gone: unstarted ones re-queued, started ones failed."""
+        changed = []
+        requeue, fail = scheduler.lost_plan(self.store.live_sessions(node_id))
+        for s in requeue:
+            with suppress(IllegalMove):  # it moved on (a late report) since we looked: leave it
+                changed.append(self.store.requeue(s.id, cause))
+        for s in fail:
+            outcome = self.store.fail(s.id, cause)
+            if outcome.duplicate:  # its result arrived since we looked
+                continue
+            changed.append(outcome.session)
+            if outcome.task_finished:
+                self._task_finished(s.task_id)
+        for s in changed:
+            self._emit_session(s, cause)
+        return changed
 
     def expire_overdue(self) -> list[SessionRow]:
         """The backstop for a node that is alive but never reports a session: timeout, masked."""

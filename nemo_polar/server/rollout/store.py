@@ -441,6 +441,13 @@ class RolloutStore:
                 ended.append(outcome.session)
         return ended
 
+    def last_activity(self) -> float:
+        """When the store last changed (a transition or a heartbeat): about when a dead server stopped."""
+        (row,) = self._read(
+            "SELECT MAX(t) FROM (SELECT MAX(at) AS t FROM transitions UNION ALL SELECT MAX(last_heartbeat) FROM nodes)"
+        )
+        return row[0] or 0.0
+
     # --- nodes --------------------------------------------------------------------------------
     def register_node(self, reg: NodeRegistration) -> NodeRow:
         """Register or re-register (a node that restarts keeps its id); clears draining."""

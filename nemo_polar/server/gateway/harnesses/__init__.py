@@ -7,7 +7,10 @@ from .gemini_cli import GeminiCli
 from .mini_swe_agent import MiniSweAgent
 from .pi import Pi
 from .qwen_code import QwenCode
+from .shell import Shell
 
-HARNESSES: dict[str, type[Harness]] = {h.name: h for h in (Codex, ClaudeCode, QwenCode, GeminiCli, Pi, MiniSweAgent)}
+HARNESSES: dict[str, type[Harness]] = {
+    h.name: h for h in (Codex, ClaudeCode, QwenCode, GeminiCli, Pi, MiniSweAgent, Shell)
+}
 
 __all__ = ["HARNESSES", "Endpoint", "Harness", "Launch"]

@@ -1,0 +1,36 @@
+"""`shell`: a command of the user's own, for agents that are not one of the bundled CLIs.
+
+The command runs under `sh -c` in the working copy. It finds the proxy and its key in the usual
+variables of each SDK (OpenAI, Anthropic, Gemini) and the task in POLAR_TASK, so an unmodified
+script built on any of those SDKs talks to the proxy without knowing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Endpoint, Harness, Launch
+
+
+class Shell(Harness):
+    name = "shell"
+    dialects = ("openai_chat", "openai_responses", "anthropic", "gemini")
+
+    def __init__(self, command: str | None = None):
+        if not command:
+            raise ValueError("harness `shell` needs harness.command (run with sh -c in the working copy)")
+        self.command = command
+
+    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+        env = self.base_env(home) | {
+            "POLAR_TASK": task,
+            "POLAR_MAX_STEPS": str(max_steps),
+            "POLAR_MODEL": endpoint.model,
+            "OPENAI_BASE_URL": f"{endpoint.base_url}/v1",
+            "OPENAI_API_KEY": endpoint.api_key,
+            "ANTHROPIC_BASE_URL": endpoint.base_url,
+            "ANTHROPIC_API_KEY": endpoint.api_key,
+            "GOOGLE_GEMINI_BASE_URL": endpoint.base_url,
+            "GEMINI_API_KEY": endpoint.api_key,
+        }
+        return Launch(["sh", "-c", self.command], env)
