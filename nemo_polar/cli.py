@@ -122,6 +122,14 @@ def _bench_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_scale(args: argparse.Namespace) -> int:
+    from .bench.scale import run
+
+    result = run(sessions=args.sessions, nodes=args.nodes, group=args.group, duration_s=args.duration)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if result["lost"] == 0 and result["dispatched_twice"] == 0 else 1
+
+
 def _traces(args: argparse.Namespace) -> int:
     from .store import SqliteStore
     from .traces import build
@@ -143,6 +151,26 @@ def _traces(args: argparse.Namespace) -> int:
         summary.append({"session_id": sid} | result.stats.model_dump())
     store.close()
     print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
+def _tasks_check(args: argparse.Namespace) -> int:
+    from .tasks.check import check_tasks
+
+    report = check_tasks(workers=args.workers)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{report['correct']}/{report['checks']} checks right over {report['tasks']} tasks in {report['elapsed_s']}s")
+        for f in report["failures"]:
+            print(f"  {f['task']} {f['check']}: got {f['got']}, expected {f['expected']}: {f['detail']}")
+    return 0 if not report["failures"] else 1
+
+
+def _tasks_build(args: argparse.Namespace) -> int:
+    from .tasks.materialize import build
+
+    print(build(args.out))
     return 0
 
 
@@ -205,6 +233,15 @@ def parser() -> argparse.ArgumentParser:
     traces.add_argument("--json", action="store_true")
     traces.set_defaults(func=_traces)
 
+    tasks = sub.add_parser("tasks", help="the bundled CPU task set").add_subparsers(dest="action", required=True)
+    tcheck = tasks.add_parser("check", help="grade every task's reference fix (1), no change (0), wrong fix (0)")
+    tcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
+    tcheck.add_argument("--workers", type=int, default=None, help="tasks graded at once")
+    tcheck.set_defaults(func=_tasks_check)
+    tbuild = tasks.add_parser("build", help="write the task repos and OUT/tasks.jsonl (SWE-bench style rows)")
+    tbuild.add_argument("--out", required=True)
+    tbuild.set_defaults(func=_tasks_build)
+
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
     bproxy = bench.add_parser("proxy", help="overhead of the proxy against a fast fake upstream")
     bproxy.add_argument("--json", action="store_true", help="one JSON object on one line")
@@ -223,6 +260,13 @@ def parser() -> argparse.ArgumentParser:
     bpipe.add_argument("--sessions", type=int, default=200)
     bpipe.add_argument("--seed", type=int, default=0)
     bpipe.set_defaults(func=_bench_pipeline)
+    bscale = bench.add_parser("scale", help="the rollout server with thousands of sessions over simulated nodes")
+    bscale.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bscale.add_argument("--sessions", type=int, default=2000)
+    bscale.add_argument("--nodes", type=int, default=16)
+    bscale.add_argument("--group", type=int, default=8, help="samples per task (a GRPO group)")
+    bscale.add_argument("--duration", type=float, default=40.0, help="seconds each simulated session runs")
+    bscale.set_defaults(func=_bench_scale)
     return p
 
 

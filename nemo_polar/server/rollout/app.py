@@ -455,25 +455,36 @@ class RolloutServer:
     # --- dispatch (driven by whoever sends sessions to nodes) ---------------------------------
     def next_dispatch(self) -> Dispatch | None:
         """The highest-priority waiting session and the node to run it, marked dispatched; None if none fits."""
+        batch = self.next_dispatches(1)
+        return batch[0] if batch else None
+
+    def next_dispatches(self, limit: int) -> list[Dispatch]:
+        """Up to `limit` waiting sessions, each placed on the least loaded node as the batch fills them."""
         self.reap_stale()
         with self._lock:
-            session = self.store.next_registered()
-            if session is None:
-                return None
-            node = scheduler.pick(self.store.nodes(), self.reservations, time.time())
-            if node is None:
-                return None
-            s = self.store.mark_dispatched(session.id, node.id)
-            self.reservations[node.id] = self.reservations.get(node.id, 0) + 1
-        task = self.store.task(s.task_id)
-        request = DispatchRequest(
-            session_id=s.id,
-            task=task.spec,
-            sample_index=s.sample_index,
-            callback_url=f"{self.public_url}/callbacks/session_result",
-        )
-        self._emit_session(s, f"dispatched to {node.id}")
-        return Dispatch(node, request, s.attempt)
+            waiting = self.store.waiting(limit)
+            nodes, now, plan = self.store.nodes(), time.time(), []
+            for session in waiting:
+                node = scheduler.pick(nodes, self.reservations, now)
+                if node is None:
+                    break
+                self.reservations[node.id] = self.reservations.get(node.id, 0) + 1
+                plan.append((session.id, node))
+            if not plan:
+                return []
+            rows = self.store.mark_dispatched_many([(sid, node.id) for sid, node in plan])
+        specs = {t: self.store.task(t).spec for t in {s.task_id for s in rows}}
+        out = []
+        for s, (_, node) in zip(rows, plan, strict=True):
+            request = DispatchRequest(
+                session_id=s.id,
+                task=specs[s.task_id],
+                sample_index=s.sample_index,
+                callback_url=f"{self.public_url}/callbacks/session_result",
+            )
+            self._emit_session(s, f"dispatched to {node.id}")
+            out.append(Dispatch(node, request, s.attempt))
+        return out
 
     def dispatch_failed(self, session_id: str, cause: str = "dispatch failed") -> SessionRow:
         """The POST to the node failed: back in the queue, its reservation released."""

@@ -361,19 +361,33 @@ class RolloutStore:
 
     def mark_dispatched(self, session_id: str, node_id: str) -> SessionRow:
         """Assign a registered session to a node; the attempt counter tells a retry from a new session."""
+        return self.mark_dispatched_many([(session_id, node_id)])[0]
+
+    def mark_dispatched_many(self, plan: list[tuple[str, str]]) -> list[SessionRow]:
+        """`mark_dispatched` for a batch, in one transaction (one fsync, not one per session)."""
         with self._tx() as c:
-            s = self._get(c, session_id)
-            if s.state is not SessionState.REGISTERED or s.node_id is not None:
-                raise IllegalMove(f"session {session_id} is not waiting for dispatch ({s.state.value}, {s.node_id})")
             now = time.time()
-            c.execute(
-                "UPDATE sessions SET node_id=?, attempt=attempt+1, updated_at=? WHERE id=?", (node_id, now, session_id)
-            )
-            c.execute(
-                "INSERT INTO transitions VALUES (?,?,?,?,?)",
-                (session_id, s.state.value, s.state.value, now, f"dispatched to {node_id} (attempt {s.attempt + 1})"),
-            )
-        return self.session(session_id)
+            for session_id, node_id in plan:
+                s = self._get(c, session_id)
+                if s.state is not SessionState.REGISTERED or s.node_id is not None:
+                    raise IllegalMove(
+                        f"session {session_id} is not waiting for dispatch ({s.state.value}, {s.node_id})"
+                    )
+                c.execute(
+                    "UPDATE sessions SET node_id=?, attempt=attempt+1, updated_at=? WHERE id=?",
+                    (node_id, now, session_id),
+                )
+                c.execute(
+                    "INSERT INTO transitions VALUES (?,?,?,?,?)",
+                    (
+                        session_id,
+                        "registered",
+                        "registered",
+                        now,
+                        f"dispatched to {node_id} (attempt {s.attempt + 1})",
+                    ),
+                )
+        return [self.session(session_id) for session_id, _ in plan]
 
     def requeue(self, session_id: str, cause: str) -> SessionRow:
         """Back to registered with no node: only for sessions whose agent never ran (nothing to lose)."""
@@ -401,12 +415,18 @@ class RolloutStore:
 
     def next_registered(self) -> SessionRow | None:
         """The session to dispatch next: highest task priority, then oldest task, then sample order."""
+        rows = self.waiting(1)
+        return rows[0] if rows else None
+
+    def waiting(self, limit: int) -> list[SessionRow]:
+        """The first `limit` sessions waiting for dispatch, in `next_registered` order."""
         rows = self._read(
             f"SELECT {', '.join('s.' + c.strip() for c in _SESSION_COLS.split(','))} FROM sessions s "
             "JOIN tasks t ON t.id = s.task_id WHERE s.state='registered' AND s.node_id IS NULL "
-            "ORDER BY t.priority DESC, t.created_at, s.sample_index LIMIT 1"
+            "ORDER BY t.priority DESC, t.created_at, s.sample_index LIMIT ?",
+            (limit,),
         )
-        return _session(rows[0]) if rows else None
+        return [_session(r) for r in rows]
 
     def overdue(self, now: float, grace_s: float) -> list[SessionRow]:
         """Started sessions past their task's session timeout plus a grace: their node never answered."""

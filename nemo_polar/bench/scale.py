@@ -1,0 +1,207 @@
+"""The rollout server at scale: thousands of concurrent sessions over many gateway nodes.
+
+The rollout server is the real one (`polar serve-rollout`, its own process, SQLite store). The
+gateway nodes are simulated in this process, one HTTP server each on its own port: a node
+registers, heartbeats its load, accepts dispatches, reports each session's states and delivers a
+result after `duration_s` (jittered), so every session is in flight at once. Tasks are GRPO
+groups of `group` samples, all submitted at the start.
+
+Reported: dispatch latency (task submitted -> the node holds the session) p50 / p99 / max, the
+peak number of sessions in flight, the rollout server's peak memory (VmHWM), the simulated nodes'
+memory, and the checks that no session was lost or dispatched twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import quantiles
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from ..serving import free_port
+
+TOKEN = "bench-token"
+H = {"x-polar-control-token": TOKEN}
+
+
+class SimNode:
+    def __init__(self, index: int, rollout_url: str, http: aiohttp.ClientSession, duration_s: float, stats: dict):
+        self.id, self.rollout_url, self.http = f"sim-{index:02d}", rollout_url, http
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))  # bound now: no race for the port with the other nodes
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.duration_s, self.stats = duration_s, stats
+        self.rng = random.Random(index)
+        self.running: set[str] = set()
+        self.tasks: set[asyncio.Task] = set()
+        self.runner: web.AppRunner | None = None
+
+    async def start(self, capacity: dict[str, int]) -> None:
+        app = web.Application()
+        app.router.add_post("/sessions", self.dispatch)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        await web.SockSite(self.runner, self.sock, backlog=4096).start()
+        reg = {"node_id": self.id, "url": self.url, "capacity": capacity, "heartbeat_s": 1.0}
+        async with self.http.post(self.rollout_url + "/nodes", json=reg) as r:
+            r.raise_for_status()
+        self.tasks.add(asyncio.create_task(self.heartbeat()))
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            body = {"metrics": {"run_inflight": len(self.running)}}
+            try:
+                async with self.http.post(f"{self.rollout_url}/nodes/{self.id}/heartbeat", json=body) as r:
+                    await r.read()
+            except aiohttp.ClientError:
+                pass
+
+    async def dispatch(self, request: web.Request) -> web.Response:
+        req = await request.json()
+        sid = req["session_id"]
+        self.stats["received"].append((sid, time.time()))
+        if sid in self.running:
+            self.stats["duplicates"] += 1
+            return web.json_response({"duplicate": True}, status=409)
+        self.running.add(sid)
+        self.stats["peak"] = max(self.stats["peak"], sum(len(n.running) for n in self.stats["nodes"]))
+        task = asyncio.create_task(self.session(sid, req["task"]["task_id"]))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return web.json_response({"accepted": True}, status=202)
+
+    async def session(self, sid: str, task_id: str) -> None:
+        for state in ("initializing", "ready", "running"):
+            await self.post("/callbacks/session_state", {"session_id": sid, "state": state, "node_id": self.id})
+        await asyncio.sleep(self.duration_s * self.rng.uniform(0.9, 1.1))
+        result = {"session_id": sid, "task_id": task_id, "status": "completed", "reward": 1.0, "node_id": self.id}
+        await self.post("/callbacks/session_result", result)
+        self.running.discard(sid)
+
+    async def post(self, path: str, body: dict[str, Any]) -> None:
+        for attempt in range(20):
+            try:
+                async with self.http.post(self.rollout_url + path, json=body) as r:
+                    await r.read()
+                    if r.status < 500:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1 * (attempt + 1))
+        self.stats["undelivered"] += 1
+
+    async def stop(self) -> None:
+        for t in list(self.tasks):
+            t.cancel()
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+def _rss_mb(pid: int, field: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+async def _wait_healthy(http: aiohttp.ClientSession, url: str, proc: subprocess.Popen) -> None:
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise RuntimeError("the rollout server exited at start-up")
+        try:
+            async with http.get(url + "/health") as r:
+                if r.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the rollout server did not start")
+
+
+async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder: Path) -> dict[str, Any]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "nemo_polar.cli", "serve-rollout", f"port={port}", f"control_token={TOKEN}"]
+    cmd.append(f"store.path={folder / 'rollout.sqlite'}")
+    log = open(folder / "rollout.log", "wb")  # noqa: SIM115 - closed in finally
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    connector = aiohttp.TCPConnector(limit=256)
+    stats: dict[str, Any] = {"received": [], "duplicates": 0, "undelivered": 0, "peak": 0, "nodes": []}
+    sims: list[SimNode] = []
+    try:
+        async with aiohttp.ClientSession(connector=connector, headers=H) as http:
+            await _wait_healthy(http, url, proc)
+            per_node = -(-sessions // nodes)
+            capacity = {"init": 8, "run": per_node, "postrun": 8, "ready": 8}
+            sims = [SimNode(i, url, http, duration_s, stats) for i in range(nodes)]
+            stats["nodes"] = sims
+            await asyncio.gather(*(s.start(capacity) for s in sims))
+            rss_idle = _rss_mb(proc.pid, "VmRSS")
+            submitted: dict[str, float] = {}
+            t0 = time.time()
+            for g in range(-(-sessions // group)):
+                n = min(group, sessions - g * group)
+                task = {"task_id": f"t{g:05d}", "instruction": "x", "num_samples": n, "harness": {"name": "pi"}}
+                async with http.post(url + "/tasks", json=task) as r:
+                    body = await r.json()
+                    for sid in body["session_ids"]:
+                        submitted[sid] = time.time()
+            submit_s = time.time() - t0
+            while len(stats["received"]) < sessions and time.time() - t0 < duration_s * 0.9:
+                await asyncio.sleep(0.05)
+            all_dispatched_s = time.time() - t0
+            while any(s.running for s in sims) and time.time() - t0 < duration_s * 3 + 60:
+                await asyncio.sleep(0.2)
+            async with http.get(url + "/tasks") as r:
+                listed = (await r.json())["tasks"]
+            rss_peak = _rss_mb(proc.pid, "VmHWM")
+        latencies = sorted((t - submitted[sid]) * 1000 for sid, t in stats["received"] if sid in submitted)
+        completed = sum(t["counts"].get("completed", 0) for t in listed)
+        cuts = quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+        return {
+            "sessions": sessions,
+            "nodes": nodes,
+            "group": group,
+            "session_duration_s": duration_s,
+            "dispatch_latency_ms_p50": round(cuts[49], 1),
+            "dispatch_latency_ms_p99": round(cuts[98], 1),
+            "dispatch_latency_ms_max": round(latencies[-1], 1) if latencies else None,
+            "submit_s": round(submit_s, 2),
+            "all_dispatched_s": round(all_dispatched_s, 2),
+            "peak_in_flight": stats["peak"],
+            "completed": completed,
+            "lost": sessions - completed,
+            "dispatched_twice": stats["duplicates"] + len(stats["received"]) - len({s for s, _ in stats["received"]}),
+            "undelivered_callbacks": stats["undelivered"],
+            "rollout_server_rss_mb_idle": rss_idle,
+            "rollout_server_rss_mb_peak": rss_peak,
+            "sim_nodes_rss_mb": _rss_mb(os.getpid(), "VmHWM"),
+        }
+    finally:
+        for s in sims:
+            await s.stop()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        log.close()
+
+
+def run(sessions: int = 2000, nodes: int = 16, group: int = 8, duration_s: float = 40.0) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="polar-scale-") as folder:
+        return asyncio.run(_run(sessions, nodes, group, duration_s, Path(folder)))
