@@ -257,7 +257,7 @@ def parser() -> argparse.ArgumentParser:
     bmerge.set_defaults(func=_bench_merge)
     bpipe = bench.add_parser("pipeline", help="naive slots vs staged pools with a READY buffer, simulated sessions")
     bpipe.add_argument("--json", action="store_true", help="one JSON object on one line")
-    bpipe.add_argument("--sessions", type=int, default=200)
+    bpipe.add_argument("--sessions", type=int, default=512, help="a GRPO step: 64 prompts x 8 samples")
     bpipe.add_argument("--seed", type=int, default=0)
     bpipe.set_defaults(func=_bench_pipeline)
     bscale = bench.add_parser("scale", help="the rollout server with thousands of sessions over simulated nodes")

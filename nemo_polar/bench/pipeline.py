@@ -162,7 +162,7 @@ def _arm(profiles: list[Profile], w: Workload, capacity: int, scale: float, body
 
 
 def run(
-    sessions: int = 200,
+    sessions: int = 512,  # a GRPO step: 64 prompts x 8 samples
     seed: int = 0,
     capacity: int = 8,
     slots: int = 10,
