@@ -161,7 +161,8 @@ def _tasks_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{report['correct']}/{report['checks']} checks right over {report['tasks']} tasks in {report['elapsed_s']}s")
+        n, took = report["tasks"], report["elapsed_s"]
+        print(f"{report['correct']}/{report['checks']} checks right over {n} tasks in {took}s")
         for f in report["failures"]:
             print(f"  {f['task']} {f['check']}: got {f['got']}, expected {f['expected']}: {f['detail']}")
     return 0 if not report["failures"] else 1
@@ -172,6 +173,43 @@ def _tasks_build(args: argparse.Namespace) -> int:
 
     print(build(args.out))
     return 0
+
+
+def _recipes_check(args: argparse.Namespace) -> int:
+    from .recipes.check import check
+
+    report = check(args.recipe or None, args.overrides)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{report['count']} recipes, {len(report['errors'])} errors")
+        for e in report["errors"]:
+            print(f"  {e['recipe']}: {e['key']}: {e['message']}")
+    return 0 if report["ok"] else 1
+
+
+def _launch_slurm(args: argparse.Namespace) -> int:
+    from .cluster.launch import main_slurm, render_text
+    from .cluster.topology import LaunchConfig, split_overrides
+    from .config import load
+
+    recipe_overrides, launch_overrides = split_overrides(args.overrides)
+    cfg = load(LaunchConfig, "launch", launch_overrides)
+    launch_args = ["--nodes", str(args.nodes), "--recipe", str(Path(args.recipe).resolve())] + args.overrides
+    code, plan = main_slurm(
+        cfg,
+        nodes=args.nodes,
+        recipe=args.recipe,
+        recipe_overrides=recipe_overrides,
+        launch_args=launch_args,
+        dry_run=args.dry_run,
+        in_allocation=args.in_allocation,
+        hosts=args.hosts.split(",") if args.hosts else None,
+        check=not args.no_check,
+    )
+    if plan is not None and args.dry_run:
+        print(json.dumps(plan) if args.json else render_text(plan))
+    return code
 
 
 def parser() -> argparse.ArgumentParser:
@@ -198,6 +236,31 @@ def parser() -> argparse.ArgumentParser:
     proxy = sub.add_parser("proxy", help="run the token-faithful proxy alone (capture only)")
     proxy.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. upstream.url=http://h:8000 port=8800")
     proxy.set_defaults(func=_proxy)
+
+    recipes = sub.add_parser("recipes", help="NeMo-RL GRPO recipes").add_subparsers(dest="action", required=True)
+    rcheck = recipes.add_parser("check", help="load every recipe as NeMo-RL does and check each key")
+    rcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
+    rcheck.add_argument("--recipe", action="append", default=[], help="a recipe file (repeatable; default: recipes/)")
+    rcheck.add_argument("overrides", nargs="*", help="NeMo-RL overrides to check with, e.g. grpo.max_num_steps=10")
+    rcheck.set_defaults(func=_recipes_check)
+
+    launch = sub.add_parser("launch", help="launch training on a cluster").add_subparsers(dest="action", required=True)
+    lslurm = launch.add_parser("slurm", help="NeMo-RL GRPO + rollout server + a gateway per node on SLURM")
+    lslurm.add_argument("--nodes", type=int, required=True)
+    lslurm.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
+    lslurm.add_argument("--dry-run", action="store_true", help="print what each node would run; submit nothing")
+    lslurm.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
+    lslurm.add_argument(
+        "--hosts", default=None, help="comma-separated node names (default: node-0..; in-allocation: SLURM's)"
+    )
+    lslurm.add_argument("--no-check", action="store_true", help="skip `polar recipes check` on the recipe")
+    lslurm.add_argument("--in-allocation", action="store_true", help=argparse.SUPPRESS)  # slurm/polar_grpo.sbatch
+    lslurm.add_argument(
+        "overrides",
+        nargs="*",
+        help="recipe overrides (grpo.max_num_steps=10) and launch ones (topology.gateway_port=9800)",
+    )
+    lslurm.set_defaults(func=_launch_slurm)
 
     model = sub.add_parser("model", help="the tiny local model").add_subparsers(dest="action", required=True)
     build = model.add_parser("build", help="build the tiny model from a fixed seed")

@@ -2,6 +2,12 @@
 
 A typo fails at start-up with the key's full name (`upstream.engin: Extra inputs are not
 permitted`), never later and never silently.
+
+Config groups (`conf/<group>/<option>.yaml`) are picked on the command line: `polar up backend=sglang
+harness=codex runtime=docker`. A group's choice lands at the root under the group's name. Most are
+sections of the typed config (`harness`, `runtime`, `builder`, `evaluator`, `dataset`, `topology`);
+`backend` is a selector the proxy section reads by interpolation (`upstream.engine: ${backend.engine}`),
+validated here and then dropped. `proxy` is the proxy section itself (`proxy: default | cluster`).
 """
 
 from __future__ import annotations
@@ -51,6 +57,20 @@ class ProxyConfig(Strict):
     limits: LimitsConfig = LimitsConfig()
 
 
+class BackendConfig(Strict):
+    """`conf/backend/*.yaml`: which inference server the proxy talks to and the sampling it pins."""
+
+    engine: Literal["vllm", "sglang", "nemo_rl"] = "vllm"
+    sampling: dict[str, float | int] = Field(default_factory=dict)
+
+
+# Root sections that only feed others by interpolation: validated, then removed before the model sees them.
+SELECTORS: dict[str, type[BaseModel]] = {"backend": BackendConfig}
+# Groups whose name is also a plain value key: `dataset=rows.jsonl` (not an option) means `dataset.path=rows.jsonl`.
+VALUE_GROUPS: dict[str, str] = {"dataset": "path"}
+# A group placed at the root of a primary config (`proxy@_here_` in proxy.yaml) is overridden as `proxy=...`.
+ROOT_GROUPS: dict[str, tuple[str, ...]] = {"proxy": ("proxy",)}
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -59,6 +79,23 @@ def validate(model: type[M], data: dict[str, Any]) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems(exc))) from None
+
+
+def _is_option(group: str, value: str) -> bool:
+    return (CONF_DIR / group / f"{value}.yaml").is_file()
+
+
+def rewrite(config_name: str, overrides: list[str]) -> list[str]:
+    """The two shorthands Hydra cannot spell by itself (see VALUE_GROUPS and ROOT_GROUPS)."""
+    out = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key in VALUE_GROUPS and value and not _is_option(key, value):
+            item = f"{key}.{VALUE_GROUPS[key]}={value}"
+        elif sep and key in ROOT_GROUPS.get(config_name, ()):
+            item = f"{key}@_global_={value}"
+        out.append(item)
+    return out
 
 
 def compose(config_name: str, overrides: list[str]) -> dict[str, Any]:
@@ -70,11 +107,25 @@ def compose(config_name: str, overrides: list[str]) -> dict[str, Any]:
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            cfg = hydra_compose(config_name=config_name, overrides=overrides)
+            cfg = hydra_compose(config_name=config_name, overrides=rewrite(config_name, overrides))
     except HydraException as exc:
         raise ConfigError(str(exc)) from None
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
+def split_selectors(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
+    """Validate and drop the selector sections the model does not hold itself."""
+    for name, selector in SELECTORS.items():
+        if name in data and name not in model.model_fields:
+            section = data.pop(name)
+            try:
+                selector.model_validate(section)
+            except ValidationError as exc:
+                raise ConfigError(
+                    "invalid configuration:\n  " + "\n  ".join(f"{name}.{p}" for p in problems(exc, whole=name))
+                ) from None
+    return data
+
+
 def load(model: type[M], config_name: str, overrides: list[str]) -> M:
-    return validate(model, compose(config_name, overrides))
+    return validate(model, split_selectors(model, compose(config_name, overrides)))

@@ -39,3 +39,114 @@ def test_polar_proxy_refuses_a_typo_at_start():
         timeout=60,
     )
     assert proc.returncode == 2 and "upstream.urll" in proc.stderr
+
+
+# --- config groups: conf/<group>/<option>.yaml picked on the command line ---------------------------------------
+
+
+def test_defaults_keep_their_values():
+    from nemo_polar.server.gateway.node import GatewayConfig
+    from nemo_polar.server.up import UpConfig
+
+    assert load(ProxyConfig, "proxy", []) == ProxyConfig()
+    up = load(UpConfig, "up", [])
+    assert up.dataset.path == "conf/datasets/smoke.jsonl" and up.harness is None and len(up.harnesses) == 4
+    assert up.proxy.port == 0 and up.proxy.limits.max_tokens == 64 and up.proxy.upstream.engine == "vllm"
+    assert up.runtime.kind == "local" and up.builder.kind == "prefix_tree" and up.evaluator.kind == "session_completed"
+    gw = load(GatewayConfig, "gateway", [])
+    assert gw.proxy.store.path == "runs/node/records.sqlite" and gw.node.capacity.run == 8
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "nemo_rl"])
+def test_backend_group_selects_the_engine(engine):
+    from nemo_polar.server.up import UpConfig
+
+    proxy = load(ProxyConfig, "proxy", [f"backend={engine}"])
+    up = load(UpConfig, "up", [f"backend={engine}"])
+    assert proxy.upstream.engine == engine == up.proxy.upstream.engine
+    pinned = {"temperature": 1.0, "top_p": 1.0} if engine == "nemo_rl" else {}
+    assert proxy.upstream.sampling == pinned == up.proxy.upstream.sampling
+
+
+def test_groups_reach_polar_up_and_the_gateway(tmp_path):
+    from nemo_polar.server.gateway.node import GatewayConfig
+    from nemo_polar.server.up import UpConfig, tasks
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"instruction": "hi"}\n')
+    up = load(UpConfig, "up", [f"dataset={rows}", "harness=qwen_code", "builder=per_request", "evaluator=tests"])
+    (spec,) = tasks(up)
+    assert spec.harness.name == "qwen_code" and spec.builder == "per_request" and spec.evaluator.kind == "tests"
+    assert load(UpConfig, "up", ["runtime=docker", "runtime.image=python:3.11"]).runtime.kind == "docker"
+    assert load(UpConfig, "up", ["dataset=bundled"]).dataset.format == "swe"
+    gw = load(GatewayConfig, "gateway", ["proxy=cluster", "backend=nemo_rl"])
+    assert gw.proxy.host == "0.0.0.0" and gw.proxy.upstream.engine == "nemo_rl"
+    assert load(ProxyConfig, "proxy", ["proxy=cluster"]).host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("backend=tgi", "backend"),
+        ("backend.engin=vllm", "backend.engin"),
+        ("+backend.enigne=vllm", "backend.enigne"),
+        ("harness.nmae=codex", "harness.nmae"),
+        ("runtime.kind=k8s", "runtime.kind"),
+        ("runtime=docker", "runtime.image"),  # docker needs an image
+        ("builder.kind=linear", "builder.kind"),
+        ("evaluator.kidn=tests", "evaluator.kidn"),
+        ("dataset.fromat=swe", "dataset.fromat"),
+        ("proxy.upstream.timout_s=3", "proxy.upstream.timout_s"),
+    ],
+)
+def test_a_wrong_group_key_fails_with_its_name(override, key):
+    from nemo_polar.server.up import UpConfig
+
+    with pytest.raises(ConfigError) as exc:
+        load(UpConfig, "up", [override])
+    assert key in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "group,model",
+    [
+        ("harness", "nemo_polar.server.contracts:HarnessSpec"),
+        ("runtime", "nemo_polar.server.contracts:RuntimeSpec"),
+        ("evaluator", "nemo_polar.server.contracts:EvaluatorSpec"),
+        ("builder", "nemo_polar.server.up:BuilderConfig"),
+        ("dataset", "nemo_polar.server.up:DatasetConfig"),
+        ("backend", "nemo_polar.config:BackendConfig"),
+        ("topology", "nemo_polar.cluster.topology:TopologyConfig"),
+    ],
+)
+def test_every_group_option_validates(group, model):
+    import importlib
+
+    from omegaconf import OmegaConf
+
+    from nemo_polar.config import CONF_DIR
+
+    module, name = model.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    options = sorted((CONF_DIR / group).glob("*.yaml"))
+    assert options
+    for path in options:
+        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        if group == "runtime" and data.get("kind") != "local" and not data.get("image"):
+            data["image"] = "example:latest"  # required on the command line
+        cls.model_validate(data)
+        if group == "evaluator":
+            from nemo_polar.evaluators import evaluator_class
+
+            try:
+                evaluator_class(data["kind"]).parse_config(data["config"])
+            except ConfigError as exc:
+                assert "cannot load" in str(exc)  # an optional extra not installed here
+
+
+def test_every_polar_command_with_config_refuses_a_typo():
+    for argv in (["up", "harness.nmae=x"], ["serve-gateway", "node.nod_id=x"], ["serve-rollout", "prot=1"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "nemo_polar.cli", *argv], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 2 and argv[1].split("=")[0] in proc.stderr, (argv, proc.stderr)

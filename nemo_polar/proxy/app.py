@@ -58,6 +58,14 @@ def scrub(body: Any, raw: bytes, secret: str) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in _CREDENTIAL_FIELDS}
 
 
+def redact(body: dict[str, Any] | None, raw: bytes, secret: str) -> dict[str, Any] | None:
+    """The upstream body as stored: the session key redacted where the harness's body carried it
+    (e.g. a tool output that printed the environment). What was sent upstream is left as it was."""
+    if body is None or not secret or secret.encode() not in raw:
+        return body
+    return orjson.loads(orjson.dumps(body).replace(secret.encode(), b"[redacted]"))
+
+
 @dataclass(slots=True)
 class Call:
     """One harness call in flight."""
@@ -204,7 +212,7 @@ class Proxy:
                 dialect=call.dialect.name,
                 stream=call.request.stream,
                 native_request=scrub(call.native, call.raw, call.session.api_key),
-                upstream_request=call.upstream_body,
+                upstream_request=redact(call.upstream_body, call.raw, call.session.api_key),
                 prompt_token_ids=c.prompt_token_ids if c else [],
                 completion_token_ids=c.completion_token_ids if c else [],
                 completion_logprobs=c.completion_logprobs if c else [],

@@ -52,9 +52,30 @@ class HarnessSpec(Strict):
 
 
 class RuntimeSpec(Strict):
-    kind: Literal["local"] = "local"
+    kind: Literal["local", "docker", "apptainer"] = "local"
+    image: str | None = Field(None, description="docker: an image name; apptainer: a .sif file or URI")
     repo: str | None = Field(None, description="a folder copied as the session's working copy")
-    sandbox: bool = Field(True, description="bubblewrap where present: read-only host, private /tmp")
+    sandbox: bool = Field(True, description="local: bubblewrap where present (read-only host, private /tmp)")
+    network: Literal["proxy", "none", "host"] = Field(
+        "proxy", description="proxy: nothing but the proxy is reachable; none: nothing; host: no isolation"
+    )
+    cpus: float | None = Field(None, gt=0, description="docker/apptainer: CPU limit")
+    memory: str | None = Field(
+        None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="docker/apptainer: memory limit, e.g. 2g or 512m"
+    )
+
+    @model_validator(mode="after")
+    def _fits_kind(self) -> RuntimeSpec:
+        if self.kind in ("docker", "apptainer") and not self.image:
+            raise ValueError(f"runtime.image is required for kind {self.kind!r}")
+        if self.kind == "local":
+            if self.image:
+                raise ValueError("runtime.image needs kind docker or apptainer (local runs on this machine)")
+            if self.cpus is not None or self.memory is not None:
+                raise ValueError("runtime.cpus and runtime.memory need kind docker or apptainer (local has no limits)")
+        elif not self.sandbox:
+            raise ValueError(f"runtime.sandbox=false only applies to kind local, not {self.kind!r}")
+        return self
 
 
 class EvaluatorSpec(Strict):
@@ -131,3 +152,6 @@ class NodeRegistration(Strict):
     url: str
     capacity: NodeCapacity = NodeCapacity()
     heartbeat_s: float = Field(5.0, gt=0)
+    token: str | None = Field(
+        None, description="the x-polar-control-token the node's own routes want (its sandboxes share its port)"
+    )

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from statistics import fmean
+from typing import Literal
 
 import httpx
 from pydantic import Field
@@ -24,7 +25,7 @@ from ..config import ProxyConfig, Strict
 from ..local.vllm_server import VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
-from .contracts import HarnessSpec, NodeCapacity, TaskSpec
+from .contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
 from .gateway.node import GatewayNode, NodeConfig, NodeThread
 from .rollout import RolloutConfig, RolloutThread
 
@@ -40,10 +41,30 @@ class NodeSection(Strict):
     capacity: NodeCapacity = NodeCapacity()
 
 
+class DatasetConfig(Strict):
+    """`conf/dataset/*.yaml`; `dataset=FILE.jsonl` sets `path`."""
+
+    path: str
+    format: Literal["instruction", "swe"] = Field(
+        "instruction", description="instruction: rows {instruction, fields}; swe: SWE-bench rows"
+    )
+
+
+class BuilderConfig(Strict):
+    """`conf/builder/*.yaml`: how a session's records become traces."""
+
+    kind: Literal["per_request", "prefix_tree"] = "prefix_tree"
+    max_tokens: int | None = Field(None, gt=0, description="length policy: keep the causal prefix")
+
+
 class UpConfig(Strict):
     run_dir: str = "runs/up"
-    dataset: str = Field(description="JSONL rows with `instruction` and optional `fields`")
+    dataset: DatasetConfig
     harnesses: list[HarnessSpec] = Field(min_length=1)
+    harness: HarnessSpec | None = Field(None, description="set: run this one harness instead of `harnesses`")
+    runtime: RuntimeSpec = RuntimeSpec()
+    builder: BuilderConfig = BuilderConfig()
+    evaluator: EvaluatorSpec = EvaluatorSpec()
     num_samples: int = Field(2, ge=1)
     max_steps: int = Field(3, ge=1)
     session_timeout_s: float = Field(600, gt=0)
@@ -53,18 +74,40 @@ class UpConfig(Strict):
     proxy: ProxyConfig = ProxyConfig()
 
 
+def _rows(cfg: UpConfig) -> list[tuple[str, str, dict, RuntimeSpec]]:
+    """(id, instruction, fields, runtime) per dataset row."""
+    lines = [line for line in Path(cfg.dataset.path).read_text().splitlines() if line.strip()]
+    if cfg.dataset.format == "swe":
+        from ..tasks.dataset import parse_row
+
+        out = []
+        for i, line in enumerate(lines):
+            row = parse_row(json.loads(line), f"{cfg.dataset.path}:{i + 1}")
+            runtime = cfg.runtime.model_copy(update={"repo": row.repo_path}) if row.repo_path else cfg.runtime
+            out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime))
+        return out
+    rows = [json.loads(line) for line in lines]
+    return [
+        (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), cfg.runtime)
+        for i, r in enumerate(rows)
+    ]
+
+
 def tasks(cfg: UpConfig) -> list[TaskSpec]:
-    rows = [json.loads(line) for line in Path(cfg.dataset).read_text().splitlines() if line.strip()]
     out = []
-    for i, row in enumerate(rows):
-        for h in cfg.harnesses:
+    harnesses = [cfg.harness] if cfg.harness is not None else cfg.harnesses
+    for row_id, instruction, fields, runtime in _rows(cfg):
+        for h in harnesses:
             name = h.name + (f"-{h.dialect}" if h.dialect else "")
             out.append(
                 TaskSpec(
-                    task_id=f"{row.get('fields', {}).get('id', i)}-{name}",
-                    instruction=row["instruction"],
-                    fields=row.get("fields", {}),
+                    task_id=f"{row_id}-{name}",
+                    instruction=instruction,
+                    fields=fields,
                     harness=h.model_copy(update={"max_steps": cfg.max_steps}),
+                    runtime=runtime,
+                    builder=cfg.builder.kind,
+                    evaluator=cfg.evaluator,
                     num_samples=cfg.num_samples,
                     session_timeout_s=cfg.session_timeout_s,
                     agent_timeout_s=cfg.agent_timeout_s,

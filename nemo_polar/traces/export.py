@@ -176,8 +176,42 @@ def gym_response(
     The id is derived from the trace's record ids unless given, so exports are reproducible.
     """
     length_stop = trace.metadata.get("finish_reason") == "length"
+    return _response_envelope(
+        gym_output_items(trace, records),
+        response_id or "resp_" + hashlib.sha1("\n".join(trace.record_ids).encode()).hexdigest()[:24],
+        model,
+        created_at,
+        length_stop,
+    )
+
+
+# The masked placeholder: one model call of one token. NeMo-RL raises on a rollout without any
+# generation data *before* it looks at `mask_sample`, so a masked rollout still needs a trainable
+# item. Its loss multiplier is 0 (no gradient), and its first prompt ([0]) matches no real task's, so
+# NeMo-RL's prompt grouping keeps it out of every real group's GRPO baseline.
+MASKED_PLACEHOLDER_IDS = (0,)
+
+
+def gym_masked_response(model: str = "nemo_polar", *, response_id: str, created_at: float | None = None) -> dict:
+    """A Responses object for a masked rollout (`mask_sample`): the placeholder call above, nothing trained."""
+    item = {
+        "id": f"msg_{response_id}_masked",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "", "annotations": []}],
+        "prompt_token_ids": list(MASKED_PLACEHOLDER_IDS),
+        "generation_token_ids": list(MASKED_PLACEHOLDER_IDS),
+        "generation_log_probs": [0.0] * len(MASKED_PLACEHOLDER_IDS),
+    }
+    return _response_envelope([item], response_id, model, created_at, False)
+
+
+def _response_envelope(
+    output: list[dict[str, Any]], response_id: str, model: str, created_at: float | None, length_stop: bool
+) -> dict[str, Any]:
     return {
-        "id": response_id or "resp_" + hashlib.sha1("\n".join(trace.record_ids).encode()).hexdigest()[:24],
+        "id": response_id,
         "object": "response",
         "created_at": int(time.time() if created_at is None else created_at),
         "model": model,
@@ -186,7 +220,7 @@ def gym_response(
         "error": None,
         "instructions": None,
         "metadata": {},
-        "output": gym_output_items(trace, records),
+        "output": output,
         "parallel_tool_calls": True,
         "temperature": None,
         "top_p": None,

@@ -14,7 +14,7 @@ from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
 from nemo_polar.proxy.serve import ProxyThread, free_port
 from nemo_polar.records import CompletionRecord
 from nemo_polar.server.gateway.harnesses import Endpoint, Harness
-from nemo_polar.server.gateway.runtime import TIMEOUT_RC, LocalRuntime
+from nemo_polar.server.gateway.runtimes import TIMEOUT_RC, LocalRuntime
 
 
 @pytest.fixture(scope="session")

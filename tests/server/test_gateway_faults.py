@@ -141,7 +141,7 @@ def test_kill_9_of_a_node_mid_session(fake_upstream, tmp_path):
             assert result["masked"] and result["reward"] is None and "node lost" in result["error"]
         else:
             assert result["node_id"] == "n2" and result["reward"] == 1.0 and not result["masked"]
-    assert sorted(p.name for p in (tmp_path / "n2").iterdir()) == ["outbox", "traces"]
+    assert sorted(p.name for p in (tmp_path / "n2").iterdir()) == ["logs", "outbox", "traces"]
 
 
 def test_a_result_lost_while_the_rollout_server_is_down_is_delivered_once_from_the_outbox(fake_upstream, tmp_path):

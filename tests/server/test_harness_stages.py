@@ -4,8 +4,10 @@ proxy (fake upstream: this is about the node's wiring, the model is not the poin
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from nemo_polar.server.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.server.gateway.harnesses.versions import PINS
 from nemo_polar.server.gateway.pipeline import Pipeline, Session
 from nemo_polar.server.gateway.stages import HarnessStages
 from nemo_polar.traces.export import read_jsonl
@@ -36,3 +38,7 @@ def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_pat
     (trace,) = read_jsonl(result.traces_path)
     assert sum(trace.loss_mask) > 0
     assert not (tmp_path / "node" / "s-1").exists()  # the sandbox folder is gone
+    logs = Path(result.stats["logs"])  # the harness's output outlives it
+    assert logs == tmp_path / "node" / "logs" / "s-1"
+    assert (logs / "stdout.txt").exists() and (logs / "stderr.txt").exists()
+    assert result.stats["harness_version"] == PINS["pi"].version

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.server.gateway.runtime import TIMEOUT_RC, LocalRuntime
+from nemo_polar.server.gateway.runtimes import TIMEOUT_RC, LocalRuntime
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
@@ -22,8 +22,16 @@ def go(coro):
     return asyncio.run(asyncio.wait_for(coro, 60))
 
 
-def alive_in_group(pgid: int) -> list[int]:
-    """Processes of that group still running (zombies are dead: only their exit status is left)."""
+def alive_in_group(pgid: int, grace_s: float = 3.0) -> list[int]:
+    """Processes of that group still running after `grace_s` (a SIGKILLed process takes a moment to
+    exit on a loaded machine; zombies are dead: only their exit status is left)."""
+    deadline = time.monotonic() + grace_s
+    while (pids := _in_group(pgid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
+
+
+def _in_group(pgid: int) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

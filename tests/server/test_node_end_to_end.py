@@ -40,6 +40,13 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
             proxy,
         )
         with NodeThread(node, "127.0.0.1", port):
+            node_url = f"http://127.0.0.1:{port}"
+            # a sandbox shares this port: without the node's own token, its routes answer 401
+            for method, path in (("POST", "/sessions"), ("DELETE", "/sessions/x"), ("POST", "/admin/inference/pause")):
+                assert (
+                    httpx.request(method, node_url + path, headers={"x-polar-control-token": "tok"}).status_code == 401
+                )
+            assert "token" not in httpx.get(rollout.url + "/nodes").text  # and the rollout server never shows it
             headers = {"x-polar-control-token": "tok"}
             task = {
                 "task_id": "t1",
@@ -63,6 +70,10 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
             assert result["reward"] == 1.0 and not result["masked"] and result["node_id"] == "n1"
             (trace,) = read_jsonl(result["traces_path"])
             assert sum(trace.loss_mask) > 0
-        assert sorted(p.name for p in (tmp_path / "node").iterdir()) == ["outbox", "traces"]  # sandboxes recycled
+        assert sorted(p.name for p in (tmp_path / "node").iterdir()) == [
+            "logs",
+            "outbox",
+            "traces",
+        ]  # sandboxes recycled
         assert not any((tmp_path / "node" / "outbox").iterdir())  # every result acknowledged
         proxy.store.close()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,6 +44,10 @@ from .pipeline import Pipeline, Session
 from .stages import HarnessStages
 
 log = logging.getLogger("nemo_polar.gateway")
+
+
+def unauthorized() -> Response:
+    return json_response({"error": {"message": "node routes need the x-polar-control-token header"}}, 401)
 
 
 class NodeConfig(Strict):
@@ -69,12 +74,16 @@ class GatewayNode:
     def __init__(self, config: NodeConfig, proxy: Proxy):
         if config.public_url is None:
             config = config.model_copy(update={"public_url": f"http://{proxy.config.host}:{proxy.config.port}"})
+        # The sandboxes reach this port (the proxy is on it), so the node's own routes and the
+        # proxy's admin routes always want a token; the rollout server learns it at registration.
+        self.token = proxy.config.control_token or secrets.token_urlsafe(24)
+        proxy.config = proxy.config.model_copy(update={"control_token": self.token})
         self.config, self.proxy = config, proxy
         cap = config.capacity
         root = Path(config.root).resolve()
         self.outbox = root / "outbox"
         self.outbox.mkdir(parents=True, exist_ok=True)
-        _sweep(root, keep={"outbox", "traces"})
+        _sweep(root, keep={"outbox", "traces", "logs"})
         stages = HarnessStages(proxy, config.public_url, root, config.node_id, self._deliver)
         self.pipeline = Pipeline(cap.init, cap.run, cap.postrun, cap.ready, stages, on_transition=self._report)
         proxy.gate.listeners.append(lambda paused: self.pipeline.pause() if paused else self.pipeline.resume())
@@ -102,7 +111,12 @@ class GatewayNode:
         await self.http.aclose()
         await self.proxy.upstream.close()
 
+    def _authorized(self, request: Request) -> bool:
+        return secrets.compare_digest(request.headers.get("x-polar-control-token", ""), self.token)
+
     async def dispatch(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return unauthorized()
         try:
             req = DispatchRequest.model_validate_json(await request.body())
         except ValidationError as exc:
@@ -115,12 +129,16 @@ class GatewayNode:
         return json_response({"session_id": req.session_id, "accepted": True}, 202)
 
     async def status(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return unauthorized()
         session = self.sessions.get(request.path_params["session_id"])
         if session is None:
             return json_response({"error": {"message": "unknown session"}}, 404)
         return json_response({"session_id": session.session_id, "state": session.state.value, "cause": session.cause})
 
     async def cancel(self, request: Request) -> Response:
+        if not self._authorized(request):
+            return unauthorized()
         found = self.pipeline.cancel(request.path_params["session_id"], "cancelled by the rollout server")
         return json_response({"cancelled": found}, 200 if found else 404)
 
@@ -131,6 +149,7 @@ class GatewayNode:
             url=self.config.public_url,
             capacity=self.config.capacity,
             heartbeat_s=self.config.heartbeat_s,
+            token=self.token,
         )
         registered = False
         while True:

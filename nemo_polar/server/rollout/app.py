@@ -33,7 +33,7 @@ from ...errors import problems
 from ...serving import ServerThread, free_port, json_response, server
 from ..contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from . import scheduler
-from .dispatcher import dispatch_loop
+from .dispatcher import dispatch_loop, node_headers
 from .store import IllegalMove, NodeRow, RolloutStore, SessionRow, StoreError
 
 log = logging.getLogger("nemo_polar.rollout")
@@ -372,16 +372,19 @@ class RolloutServer:
 
     def _stop_on_nodes(self, sessions: list[SessionRow]) -> None:
         """Cancelled here, so the nodes stop them too and free their slots (their late results are ignored)."""
-        urls = {n.id: n.registration.url.rstrip("/") for n in self.store.nodes()}
-        targets = [f"{urls[s.node_id]}/sessions/{s.id}" for s in sessions if s.node_id in urls]
+        nodes = {n.id: n for n in self.store.nodes()}
+        targets = [(nodes[s.node_id], f"/sessions/{s.id}") for s in sessions if s.node_id in nodes]
         if targets and self._loop is not None:
             self._spawn(self._fan_out("DELETE", targets))
 
-    async def _fan_out(self, method: str, urls: list[str], timeout_s: float = 10.0) -> dict[str, Any]:
-        """One request to each URL at once; the answer (or the failure) of each, by URL. Best effort."""
-        headers = {"x-polar-control-token": self.config.control_token} if self.config.control_token else {}
-        async with httpx.AsyncClient(timeout=timeout_s, headers=headers) as client:
-            answers = await asyncio.gather(*(client.request(method, u) for u in urls), return_exceptions=True)
+    async def _fan_out(self, method: str, targets: list[tuple[NodeRow, str]], timeout_s: float = 10.0) -> dict:
+        """One request to each (node, path) at once; the answer (or the failure) of each, by URL. Best effort."""
+        urls = [node.registration.url.rstrip("/") + path for node, path in targets]
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            answers = await asyncio.gather(
+                *(client.request(method, u, headers=node_headers(n)) for u, (n, _) in zip(urls, targets, strict=True)),
+                return_exceptions=True,
+            )
         out: dict[str, Any] = {}
         for url, a in zip(urls, answers, strict=True):
             out[url] = repr(a) if isinstance(a, BaseException) else {"status": a.status_code, "body": _body(a)}
@@ -403,9 +406,9 @@ class RolloutServer:
         timeout = float(request.query_params.get("timeout_seconds", 300))
         now = time.time()
         nodes = [n for n in self.store.nodes() if scheduler.alive(n, now)]
-        urls = [f"{n.registration.url.rstrip('/')}/admin/inference/{action}?timeout_seconds={timeout}" for n in nodes]
-        answers = await self._fan_out("POST", urls, timeout + 10)
-        by_node = {n.id: answers[u] for n, u in zip(nodes, urls, strict=True)}
+        path = f"/admin/inference/{action}?timeout_seconds={timeout}"
+        answers = await self._fan_out("POST", [(n, path) for n in nodes], timeout + 10)
+        by_node = {n.id: answers[n.registration.url.rstrip("/") + path] for n in nodes}
         ok = all(isinstance(a, dict) and a["status"] < 300 for a in by_node.values())
         self._emit("inference", action=action, ok=ok)
         return json_response({"action": action, "ok": ok, "nodes": by_node}, 200 if ok else 502)

@@ -11,18 +11,22 @@ import aiohttp
 
 if TYPE_CHECKING:
     from .app import Dispatch, RolloutServer
+    from .store import NodeRow
 
 log = logging.getLogger("nemo_polar.rollout")
 JSON = {"content-type": "application/json"}
 
 
+def node_headers(node: NodeRow) -> dict[str, str]:
+    """What a node's own routes want: the token it registered with."""
+    token = node.registration.token
+    return {"x-polar-control-token": token} if token else {}
+
+
 async def dispatch_loop(server: RolloutServer, idle_s: float = 0.1, batch: int = 64) -> None:
     # aiohttp, not httpx: httpx's pool scans every connection per request, quadratic in a burst
-    headers = {"x-polar-control-token": server.config.control_token} if server.config.control_token else {}
     timeout = aiohttp.ClientTimeout(total=10.0)
-    async with aiohttp.ClientSession(
-        headers=headers, timeout=timeout, connector=aiohttp.TCPConnector(limit=batch)
-    ) as http:
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=batch)) as http:
         while True:
             try:
                 dispatches = await asyncio.to_thread(server.next_dispatches, batch)
@@ -38,7 +42,8 @@ async def dispatch_loop(server: RolloutServer, idle_s: float = 0.1, batch: int =
 async def _send(server: RolloutServer, http: aiohttp.ClientSession, dispatch: Dispatch) -> None:
     url = dispatch.node.registration.url.rstrip("/") + "/sessions"
     try:
-        async with http.post(url, data=dispatch.request.model_dump_json(), headers=JSON) as r:
+        headers = JSON | node_headers(dispatch.node)
+        async with http.post(url, data=dispatch.request.model_dump_json(), headers=headers) as r:
             if r.status not in (200, 202, 409):  # 409: the node already has it
                 raise aiohttp.ClientResponseError(r.request_info, (), status=r.status, message=(await r.text())[:200])
     except (aiohttp.ClientError, TimeoutError) as exc:

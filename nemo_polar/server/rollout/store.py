@@ -141,7 +141,7 @@ class NodeRow:
     def as_json(self) -> dict[str, Any]:
         return {
             "node_id": self.id,
-            "registration": self.registration.model_dump(),
+            "registration": self.registration.model_dump(exclude={"token"}),
             "metrics": self.metrics.model_dump(),
             "last_heartbeat": self.last_heartbeat,
             "draining": self.draining,

@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .versions import PINS, Pin
+
 ROOT = Path(__file__).resolve().parents[4]
 TOOLS = Path(os.environ.get("POLAR_DEPS", ROOT / ".deps"))
 
@@ -43,6 +45,13 @@ class Endpoint:
 class Harness(ABC):
     name: str
     dialects: tuple[str, ...]  # the API dialects it speaks
+    # the harness's own logs and transcripts, as globs under its HOME: kept with the session's logs
+    log_files: tuple[str, ...] = ()
+
+    @property
+    def pin(self) -> Pin | None:
+        """The version it must be installed at (harnesses/versions.py); None: nothing to check."""
+        return PINS.get(self.name)
 
     @abstractmethod
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch: ...

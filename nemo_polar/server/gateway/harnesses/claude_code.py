@@ -10,6 +10,7 @@ from .base import TOOLS, Endpoint, Harness, Launch
 class ClaudeCode(Harness):
     name = "claude_code"
     dialects = ("anthropic",)
+    log_files = (".claude/projects/**/*.jsonl",)
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         argv = [

@@ -10,6 +10,7 @@ from .base import TOOLS, Endpoint, Harness, Launch
 class Codex(Harness):
     name = "codex"
     dialects = ("openai_responses",)
+    log_files = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         provider = (

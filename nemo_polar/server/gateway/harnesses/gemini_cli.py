@@ -10,6 +10,7 @@ from .base import TOOLS, Endpoint, Harness, Launch, dump
 class GeminiCli(Harness):
     name = "gemini_cli"
     dialects = ("gemini",)
+    log_files = (".gemini/tmp/**/*.json", ".gemini/tmp/**/*.jsonl")
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         argv = [str(TOOLS / "node/bin/gemini"), "-p", task, "-m", endpoint.model, "--yolo"]

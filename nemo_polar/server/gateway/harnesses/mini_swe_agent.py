@@ -10,6 +10,7 @@ from .base import TOOLS, Endpoint, Harness, Launch
 class MiniSweAgent(Harness):
     name = "mini_swe_agent"
     dialects = ("openai_chat",)
+    log_files = ("trajectory.json",)
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         argv = [

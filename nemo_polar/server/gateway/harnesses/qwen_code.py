@@ -10,6 +10,7 @@ from .base import TOOLS, Endpoint, Harness, Launch, dump
 class QwenCode(Harness):
     name = "qwen_code"
     dialects = ("openai_chat",)
+    log_files = (".qwen/tmp/**/*.json", ".qwen/tmp/**/*.jsonl")
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         argv = [

@@ -1,0 +1,152 @@
+"""What every evaluator is given and what it gives back.
+
+An evaluator turns one finished session into a reward. It reads the dataset row (`fields`), its own
+config, the agent's working copy and the pristine task repo; it must not import the server or the
+proxy. Two outcomes are kept apart on purpose:
+
+- a reward (possibly 0.0): the agent's work was judged — an empty patch, a patch that does not
+  apply and failing tests are all the agent's doing and score 0;
+- `infrastructure_error`: the judgement could not be made (no repo, the test command would not start,
+  git failed). Such a session is masked from training, never scored 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from ..config import Strict
+from ..errors import ConfigError, problems
+from ..server.contracts import SessionState
+
+REL_TOL = 1e-6  # components vs reward (NeMo-RL checks the same sum at 1e-5)
+READ_GRACE_S = 2.0
+
+
+@dataclass
+class EvalContext:
+    """One session as an evaluator sees it. `scratch` is the evaluator's own folder: `prewarm` and
+    `evaluate` of the same session get the same one, and the caller deletes it afterwards."""
+
+    fields: dict[str, Any]
+    config: dict[str, Any]
+    work: Path
+    scratch: Path
+    repo: Path | None = None
+    exit_code: int | None = None
+    status: SessionState = SessionState.COMPLETED
+    home: Path | None = None  # the harness's HOME: nothing under it belongs to the patch
+    patch: str | None = None  # a patch the harness submitted itself; else it is read from `work`
+    timeout_s: float = 1200.0  # the whole evaluation; the caller may lower it to the session's budget
+
+
+class Evaluation(BaseModel):
+    """An evaluator's verdict. `components` are the additive parts of the reward: they always sum to
+    `reward` (NeMo-RL checks this), so partial-credit diagnostics such as test fractions go in
+    `details`, not here. When `infrastructure_error` is set, `reward` is None and the session is masked."""
+
+    reward: float | None = None
+    components: dict[str, float] = Field(default_factory=dict)
+    infrastructure_error: str | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Evaluation:
+        if self.infrastructure_error is not None:
+            if self.reward is not None:
+                raise ValueError("an infrastructure error has no reward")
+        elif self.reward is None:
+            raise ValueError("an evaluation needs a reward or an infrastructure_error")
+        elif self.components and abs(sum(self.components.values()) - self.reward) > REL_TOL * max(1, self.reward):
+            raise ValueError(f"components {self.components} do not sum to reward {self.reward}")
+        return self
+
+    @classmethod
+    def infra(cls, message: str, **details: Any) -> Evaluation:
+        return cls(infrastructure_error=message, details=details)
+
+
+class Evaluator:
+    """Base of the evaluators. `Config` validates `EvalContext.config` (unknown keys are errors)."""
+
+    name = "base"
+
+    class Config(Strict):
+        pass
+
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        self.config = self.parse_config(config or {})
+
+    @classmethod
+    def parse_config(cls, config: dict[str, Any]) -> Any:
+        try:
+            return cls.Config.model_validate(config)
+        except ValidationError as exc:
+            raise ConfigError(f"evaluator {cls.name!r} config: " + "; ".join(problems(exc, whole="config"))) from exc
+
+    async def prewarm(self, ctx: EvalContext) -> None:
+        """Prepare what `evaluate` needs while the agent still runs (optional); it must be safe for
+        `evaluate` to run without it."""
+
+    async def evaluate(self, ctx: EvalContext) -> Evaluation:
+        raise NotImplementedError
+
+
+@dataclass
+class Completed:
+    argv: list[str]
+    rc: int | None  # None: it could not start (see `error`)
+    out: str = ""
+    err: str = ""
+    timed_out: bool = False
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+async def run(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: bytes = b""
+) -> Completed:
+    """Run a command in its own process group; at `timeout` (or on cancellation) the group is killed."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        return Completed(argv, None, error=f"{type(exc).__name__}: {exc}")
+    readers = asyncio.gather(proc.communicate(stdin))
+    timed_out = False
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
+    except TimeoutError:
+        timed_out = True
+    finally:  # also on cancellation: nothing the command started may outlive it
+        _kill_group(proc.pid)
+        await proc.wait()
+    try:
+        ((out, err),) = await asyncio.wait_for(readers, READ_GRACE_S)
+    except TimeoutError:
+        out, err = b"", b"(output lost: a process outside the group kept the pipes open)"
+    return Completed(argv, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), timed_out)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,78 @@
+"""Is a harness installed at its pinned version? A gateway node asks once per harness, at the start
+of the first RUN that uses it; a missing or different install fails the session as an
+infrastructure error (masked), never as a reward of 0.
+
+Versions are read from the installed package metadata (npm `package.json`, the venv's dist-info),
+not from `--version`, which writes into HOME for some CLIs and starts a whole node runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from importlib import metadata
+from pathlib import Path
+
+from . import base
+from .versions import Pin
+
+
+class HarnessNotInstalled(RuntimeError):
+    """The harness is missing, or installed at another version than the pinned one."""
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def where(pin: Pin, deps: Path) -> Path:
+    if pin.kind == "npm":
+        return deps / "node" / "lib" / "node_modules" / pin.package / "package.json"
+    return deps / pin.venv
+
+
+def installed_version(pin: Pin, deps: Path | None = None) -> str | None:
+    """The installed version of `pin.package`, or None when it is not there."""
+    path = where(pin, deps or base.TOOLS)
+    if pin.kind == "npm":
+        try:
+            return str(json.loads(path.read_text())["version"])
+        except (OSError, ValueError, KeyError):
+            return None
+    if not (path / "bin" / "python").exists():
+        return None
+    site = [str(p) for p in path.glob("lib/python3*/site-packages")]
+    for dist in metadata.distributions(path=site):
+        if _normal(dist.metadata["Name"] or "") == _normal(pin.package):
+            return dist.version
+    return None
+
+
+_checked: dict[tuple[str, Path], str] = {}
+_lock = threading.Lock()
+
+
+def check_install(harness: base.Harness, deps: Path | None = None) -> str:
+    """The harness's installed version, once it matches its pin; raises HarnessNotInstalled, naming
+    the harness, both versions and the set-up command, otherwise. A harness with no pin (`shell`)
+    passes as "". Successes are cached for the process; failures are checked again next time, so a
+    node picks up a fixed install without a restart."""
+    pin = harness.pin
+    if pin is None:
+        return ""
+    deps = deps or base.TOOLS
+    key = (harness.name, deps)
+    with _lock:
+        if key in _checked:
+            return _checked[key]
+    found = installed_version(pin, deps)
+    if found != pin.version:
+        state = f"found {found}" if found else "found nothing"
+        raise HarnessNotInstalled(
+            f"harness {harness.name!r} needs {pin.package} {pin.version}, {state} at {where(pin, deps)}; "
+            f"run `scripts/setup.sh {pin.part}`"
+        )
+    with _lock:
+        _checked[key] = found
+    return found

@@ -1,0 +1,43 @@
+"""OpenHands, through its SDK: Chat Completions via LiteLLM, non-streaming; terminal and file-editor
+tools in a local workspace (no docker). The SDK needs Python >= 3.12, so a small runner script of
+ours runs in its own venv (.deps/openhands, made by scripts/setup_openhands.sh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import TOOLS, Endpoint, Harness, Launch
+
+RUNNER = Path(__file__).with_name("openhands_runner.py")
+
+
+class OpenHands(Harness):
+    name = "openhands"
+    dialects = ("openai_chat",)
+    log_files = (".openhands/conversations/**/*.json",)
+
+    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+        argv = [
+            str(TOOLS / "openhands/bin/python"),
+            "-I",  # isolated: not this folder on sys.path, where openhands.py would shadow the SDK
+            str(RUNNER),
+            "--base-url",
+            f"{endpoint.base_url}/v1",
+            "--model",
+            endpoint.model,
+            "--workdir",
+            str(workdir),
+            "--max-steps",
+            str(max_steps),
+            "--persist",
+            str(home / ".openhands/conversations"),
+            task,
+        ]
+        env = self.base_env(home) | {
+            "POLAR_API_KEY": endpoint.api_key,
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost-map download from GitHub
+            "LOG_TO_FILE": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+        return Launch(argv, env)

@@ -1,0 +1,185 @@
+"""What every runtime shares: the protocol, the session folder, process-group execution, and the
+proxy tunnel (the host end of the in-sandbox forwarder, see forward.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from . import forward
+
+TIMEOUT_RC = 124  # what `timeout(1)` returns: the command was killed at its deadline
+READ_GRACE_S = 2.0  # after a kill, how long to wait for output a stray process may still hold open
+FORWARD_SCRIPT = Path(forward.__file__)
+HOST_PYTHON = sys.executable
+
+
+class Runtime(Protocol):
+    """A session's sandbox. `work` and `home` are host paths, and the same paths inside."""
+
+    work: Path
+    home: Path
+    proxy_url: str | None  # how commands inside reach the proxy (None: they cannot)
+
+    @property
+    def sandboxed(self) -> bool: ...
+    async def start(self) -> None: ...
+    async def exec(
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> tuple[int, str, str]: ...
+    async def stop(self) -> None: ...
+
+
+def make_folders(folder: Path, work: Path, home: Path, repo: Path | None) -> None:
+    folder.mkdir(parents=True, exist_ok=False)  # a reused id would mix two sessions' files
+    if repo is not None:
+        shutil.copytree(repo, work, symlinks=True)
+    else:
+        work.mkdir()
+    home.mkdir()
+
+
+async def run_group(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    timeout: float | None,
+    on_start: Callable[[int], None] = lambda pid: None,
+    on_end: Callable[[int], None] = lambda pid: None,
+) -> tuple[int, str, str]:
+    """Run to completion in a new process group; at `timeout` the whole group is killed and rc is
+    TIMEOUT_RC. Nothing the command started in the background outlives it: the group is killed
+    either way."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    on_start(proc.pid)
+    readers = asyncio.gather(proc.stdout.read(), proc.stderr.read())
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
+        timed_out = False
+    except TimeoutError:
+        timed_out = True
+    except BaseException:
+        readers.cancel()
+        raise
+    finally:  # also on cancellation: never leave the group behind
+        kill_group(proc.pid)
+        await proc.wait()
+        on_end(proc.pid)
+    out, err = await collect(readers)
+    return (TIMEOUT_RC if timed_out else proc.returncode), out, err
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def collect(readers: asyncio.Future) -> tuple[str, str]:
+    """The pipes close once every holder is dead; a process that left the group could keep them."""
+    try:
+        out, err = await asyncio.wait_for(readers, READ_GRACE_S)
+    except TimeoutError:
+        return "", "(output lost: a process outside the group kept the pipes open)"
+    return out.decode(errors="replace"), err.decode(errors="replace")
+
+
+# --- the proxy, seen from inside a sandbox without a network ------------------------------------
+def proxy_address(proxy_url: str) -> tuple[str, int]:
+    """Where the host reaches the proxy (a wildcard listen address means this machine)."""
+    parts = urlsplit(proxy_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return ("127.0.0.1" if host in ("0.0.0.0", "::") else host), port
+
+
+def inside_url(proxy_url: str) -> tuple[str, list[str]]:
+    """The proxy's URL inside a sandbox whose only network is its own loopback, and the addresses
+    the forwarder listens on. A loopback URL stays as it is, so harness configs mean the same inside
+    and out; any other host is rewritten to 127.0.0.1 (it does not exist in the namespace)."""
+    parts = urlsplit(proxy_url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+    if host == "localhost":  # clients may try ::1 first
+        return proxy_url, [f"127.0.0.1:{port}", f"[::1]:{port}"]
+    if host == "0.0.0.0":  # connecting to 0.0.0.0 reaches 127.0.0.1 on Linux
+        return proxy_url, [f"127.0.0.1:{port}"]
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return proxy_url, [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    url = urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, parts.query, parts.fragment))
+    return url, [f"127.0.0.1:{port}"]
+
+
+def forward_argv(
+    python: str, script: str, listen: list[str], unix_path: str, argv: list[str], ready: bool = False
+) -> list[str]:
+    """The command wrapped in the forwarder. -I -S: no site-packages, user paths or PYTHON*
+    variables: it starts fast and nothing in the sandbox can change what it runs."""
+    return [python, "-I", "-S", script, *(["--ready"] if ready else []), ",".join(listen), unix_path, "--", *argv]
+
+
+class ProxyTunnel:
+    """The host end: a Unix socket (in a short private folder, bind-mounted into the sandbox), each
+    connection piped to the proxy's TCP address. One per runtime, in the gateway's event loop."""
+
+    def __init__(self, proxy_url: str, near: Path):
+        self.target = proxy_address(proxy_url)
+        self.near = near / "tunnel"  # in the session folder: swept with it, even after a crash
+        self.folder: Path | None = None
+        self.server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+
+    @property
+    def socket_path(self) -> Path:
+        assert self.folder is not None
+        return self.folder / "proxy.sock"
+
+    async def start(self) -> None:
+        # a Unix socket path has at most 107 bytes: a deep session folder falls back to /tmp
+        if len(str(self.near / "proxy.sock")) < 100:
+            self.near.mkdir()
+            self.folder = self.near
+        else:
+            self.folder = Path(tempfile.mkdtemp(prefix="polar-", dir="/tmp" if os.path.isdir("/tmp") else None))
+        self.folder.chmod(0o755)  # a container user other than ours must reach the socket
+        self.server = await asyncio.start_unix_server(self._handle, path=str(self.socket_path))
+        self.socket_path.chmod(0o666)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        try:
+            await forward.splice(reader, writer, asyncio.ensure_future(asyncio.open_connection(*self.target)))
+        finally:
+            self._conns.discard(writer)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for writer in list(self._conns):
+                writer.close()
+            await self.server.wait_closed()
+            self.server = None
+        if self.folder is not None:
+            await asyncio.to_thread(shutil.rmtree, self.folder, True)
+            self.folder = None

@@ -1,0 +1,116 @@
+"""`LocalRuntime`: a session folder on this machine (a working copy and a HOME), each command in its
+own process group, under bubblewrap when it is installed.
+
+With bubblewrap: the host read-only, a private /tmp, the two folders writable at their host paths
+(so paths in configs mean the same inside and out), and by default (network "proxy") a network
+namespace of its own with only loopback, in which forward.py listens at the proxy's host:port and
+pipes to the gateway through a Unix socket. Without bubblewrap: plain processes, no isolation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from .base import (
+    FORWARD_SCRIPT,
+    HOST_PYTHON,
+    ProxyTunnel,
+    forward_argv,
+    inside_url,
+    kill_group,
+    make_folders,
+    run_group,
+)
+
+log = logging.getLogger("nemo_polar.gateway")
+
+# the read-only host; the session's writable binds come after the tmpfs, or /tmp would hide them
+BWRAP_HOST = "--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp".split()
+
+
+class LocalRuntime:
+    def __init__(
+        self,
+        root: str | Path,
+        repo: str | Path | None = None,
+        sandbox: bool = True,
+        session_id: str | None = None,
+        proxy_url: str | None = None,
+        network: str = "proxy",
+    ) -> None:
+        self.folder = Path(root).resolve() / (session_id or uuid.uuid4().hex)
+        self.work, self.home = self.folder / "work", self.folder / "home"
+        self.repo = Path(repo) if repo else None
+        self.bwrap = shutil.which("bwrap") if sandbox else None
+        if sandbox and self.bwrap is None:
+            log.warning("bubblewrap is not installed: sessions run as plain processes, with no isolation")
+        self.network = network
+        self.tunnel: ProxyTunnel | None = None
+        self.proxy_url, self.listen = proxy_url, []
+        if self.bwrap and network == "proxy" and proxy_url:
+            self.proxy_url, self.listen = inside_url(proxy_url)
+            self.tunnel = ProxyTunnel(proxy_url, self.folder)
+        elif self.bwrap and network == "none":
+            self.proxy_url = None
+        self.pids: list[int] = []  # every process group this runtime started (its leaders' pids)
+        self._live: set[int] = set()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.bwrap is not None
+
+    @property
+    def isolated_network(self) -> bool:
+        return self.bwrap is not None and self.network != "host"
+
+    async def start(self) -> None:
+        await asyncio.to_thread(make_folders, self.folder, self.work, self.home, self.repo)
+        if self.tunnel is not None:
+            try:
+                await self.tunnel.start()
+            except BaseException:
+                await self.stop()
+                raise
+
+    def base_env(self) -> dict[str, str]:
+        return {"HOME": str(self.home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        if self.bwrap is None:
+            return list(argv)
+        # No --new-session: the command must stay in the process group we kill; it has no
+        # controlling terminal anyway (start_new_session), so there is no tty to hijack.
+        work, home = str(self.work), str(self.home)
+        args = ["--bind", work, work, "--bind", home, home, "--chdir", work, "--unshare-pid", "--die-with-parent"]
+        if self.isolated_network:
+            args.append("--unshare-net")  # only loopback inside
+        if self.tunnel is not None:
+            sock_dir = str(self.tunnel.folder)
+            args += ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
+            argv = forward_argv(HOST_PYTHON, str(FORWARD_SCRIPT), self.listen, str(self.tunnel.socket_path), argv)
+        return [self.bwrap, *BWRAP_HOST, *args, "--", *argv]
+
+    async def exec(
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> tuple[int, str, str]:
+        """Run to completion; at `timeout` the whole process group is killed and rc is TIMEOUT_RC."""
+
+        def started(pid: int) -> None:
+            self.pids.append(pid)
+            self._live.add(pid)
+
+        return await run_group(
+            self.wrap(argv), self.base_env() | (env or {}), self.work, timeout, started, self._live.discard
+        )
+
+    async def stop(self) -> None:
+        for pid in list(self._live):
+            kill_group(pid)
+        if self.tunnel is not None:
+            await self.tunnel.stop()
+        await asyncio.to_thread(shutil.rmtree, self.folder, True)

@@ -1,0 +1,174 @@
+"""Each adapter's launch, without running anything: every model name pinned to the served model, the
+session's key and the proxy's URL where the harness reads them, nothing interactive, the step limit
+passed on, and the install it runs from under the deps folder."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from nemo_polar.server.gateway.harnesses import HARNESSES, Endpoint, Launch
+from nemo_polar.server.gateway.harnesses.base import TOOLS
+from nemo_polar.server.gateway.harnesses.openhands import RUNNER
+from nemo_polar.server.gateway.harnesses.pi import Pi
+from nemo_polar.server.gateway.harnesses.shell import Shell
+
+URL, KEY, MODEL, TASK = "http://127.0.0.1:4321", "sk-session-key", "served-model", "Fix the bug."
+
+
+def launch(harness, tmp_path: Path, max_steps: int = 7) -> Launch:
+    home, work = tmp_path / "home", tmp_path / "work"
+    out = harness.launch(TASK, Endpoint(URL, KEY, MODEL), home, work, max_steps)
+    assert out.env["HOME"] == str(home)
+    out.write_files(home)
+    return out
+
+
+def after(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_every_bundled_harness_is_registered():
+    assert set(HARNESSES) == {
+        "codex",
+        "claude_code",
+        "qwen_code",
+        "gemini_cli",
+        "pi",
+        "mini_swe_agent",
+        "openhands",
+        "shell",
+    }
+
+
+def test_codex(tmp_path):
+    out = launch(HARNESSES["codex"](), tmp_path)
+    argv = out.argv
+    assert argv[:2] == [str(TOOLS / "node/bin/codex"), "exec"] and argv[-1] == TASK
+    assert (
+        "--skip-git-repo-check" in argv
+        and after(argv, "-m") == MODEL
+        and after(argv, "--cd") == str(tmp_path / "work")
+    )
+    provider = next(a for a in argv if a.startswith("model_providers.polar="))
+    assert (
+        f'base_url="{URL}/v1"' in provider
+        and 'wire_api="responses"' in provider
+        and 'env_key="POLAR_API_KEY"' in provider
+    )
+    assert "model_provider=polar" in argv and out.env["POLAR_API_KEY"] == KEY
+    assert out.env["CODEX_HOME"] == str(tmp_path / "home/.codex")
+    config = tomllib.loads((tmp_path / "home/.codex/config.toml").read_text())
+    assert config["check_for_update_on_startup"] is False
+    assert KEY not in " ".join(argv)
+
+
+def test_claude_code(tmp_path):
+    out = launch(HARNESSES["claude_code"](), tmp_path)
+    argv, env = out.argv, out.env
+    assert argv[0] == str(TOOLS / "node/bin/claude") and after(argv, "-p") == TASK
+    assert after(argv, "--model") == MODEL and after(argv, "--max-turns") == "7"
+    assert after(argv, "--output-format") == "json"
+    assert env["ANTHROPIC_BASE_URL"] == URL and env["ANTHROPIC_API_KEY"] == KEY
+    aliases = [k for k in env if k.endswith("_MODEL")]
+    assert len(aliases) >= 6 and all(env[k] == MODEL for k in aliases)  # sub-agents and haiku too
+    assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and env["DISABLE_AUTOUPDATER"] == "1"
+
+
+def test_qwen_code(tmp_path):
+    out = launch(HARNESSES["qwen_code"](), tmp_path)
+    argv = out.argv
+    assert argv[0] == str(TOOLS / "node/bin/qwen") and after(argv, "-p") == TASK
+    assert after(argv, "--auth-type") == "openai" and after(argv, "--openai-api-key") == KEY
+    assert after(argv, "--openai-base-url") == f"{URL}/v1" and after(argv, "-m") == MODEL
+    assert "--yolo" in argv and after(argv, "--max-session-turns") == "7"
+    settings = json.loads((tmp_path / "home/.qwen/settings.json").read_text())
+    assert settings["telemetry"]["enabled"] is False and settings["general"]["disableAutoUpdate"] is True
+
+
+def test_gemini_cli(tmp_path):
+    out = launch(HARNESSES["gemini_cli"](), tmp_path)
+    argv = out.argv
+    assert argv[0] == str(TOOLS / "node/bin/gemini") and after(argv, "-p") == TASK
+    assert after(argv, "-m") == MODEL and "--yolo" in argv
+    assert out.env["GEMINI_API_KEY"] == KEY and out.env["GOOGLE_GEMINI_BASE_URL"] == URL
+    settings = json.loads((tmp_path / "home/.gemini/settings.json").read_text())
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"  # else "Invalid auth method"
+    assert settings["security"]["folderTrust"]["enabled"] is False
+    assert settings["model"]["maxSessionTurns"] == 7 and settings["telemetry"]["enabled"] is False
+
+
+@pytest.mark.parametrize(
+    "dialect, api, base",
+    [
+        ("openai_chat", "openai-completions", f"{URL}/v1"),
+        ("openai_responses", "openai-responses", f"{URL}/v1"),
+        ("anthropic", "anthropic-messages", URL),
+        ("gemini", "google-generative-ai", f"{URL}/v1beta"),
+    ],
+)
+def test_pi_speaks_each_dialect(dialect, api, base, tmp_path):
+    out = launch(Pi(dialect), tmp_path)
+    argv = out.argv
+    assert argv[0] == str(TOOLS / "node/bin/pi") and argv[-1] == TASK
+    assert {"-p", "--no-session", "--offline"} <= set(argv)
+    assert after(argv, "--provider") == "polar" and after(argv, "--model") == MODEL
+    provider = json.loads((tmp_path / "home/.pi/agent/models.json").read_text())["providers"]["polar"]
+    assert provider["api"] == api and provider["baseUrl"] == base and provider["apiKey"] == KEY
+    assert [m["id"] for m in provider["models"]] == [MODEL]
+
+
+def test_pi_refuses_an_unknown_dialect():
+    with pytest.raises(ValueError, match="pi speaks"):
+        Pi("grpc")
+
+
+def test_mini_swe_agent(tmp_path):
+    out = launch(HARNESSES["mini_swe_agent"](), tmp_path)
+    argv, env = out.argv, out.env
+    assert argv[0] == str(TOOLS / "mini/bin/mini") and after(argv, "-t") == TASK
+    assert after(argv, "-m") == f"openai/{MODEL}" and {"-y", "--exit-immediately"} <= set(argv)
+    assert f"model.model_kwargs.api_base={URL}/v1" in argv and "agent.step_limit=7" in argv
+    assert after(argv, "-o") == str(tmp_path / "home/trajectory.json")
+    assert env["OPENAI_API_KEY"] == KEY and env["MSWEA_CONFIGURED"] == "true"  # no set-up wizard
+    assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+
+
+def test_openhands(tmp_path):
+    out = launch(HARNESSES["openhands"](), tmp_path)
+    argv, env = out.argv, out.env
+    # the venv's Python 3.12, isolated so that harnesses/openhands.py does not shadow the SDK
+    assert argv[:3] == [str(TOOLS / "openhands/bin/python"), "-I", str(RUNNER)] and argv[-1] == TASK
+    assert after(argv, "--base-url") == f"{URL}/v1" and after(argv, "--model") == MODEL
+    assert after(argv, "--max-steps") == "7" and after(argv, "--workdir") == str(tmp_path / "work")
+    assert after(argv, "--persist") == str(tmp_path / "home/.openhands/conversations")
+    assert env["POLAR_API_KEY"] == KEY and KEY not in " ".join(argv)
+    assert env["OPENHANDS_SUPPRESS_BANNER"] == "1" and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+
+
+def test_openhands_runner_reads_its_arguments_without_the_sdk():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("openhands_runner", RUNNER)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)  # stdlib only at import: the SDK is imported inside main()
+    args = runner.parse(["--base-url", f"{URL}/v1", "--model", MODEL, "--workdir", "/w", "--max-steps", "3", TASK])
+    assert (args.base_url, args.model, args.max_steps, args.task, args.persist) == (f"{URL}/v1", MODEL, 3, TASK, None)
+
+
+def test_shell_exports_every_sdks_variables(tmp_path):
+    out = launch(Shell("python agent.py"), tmp_path)
+    assert out.argv == ["sh", "-c", "python agent.py"]
+    env = out.env
+    assert env["OPENAI_BASE_URL"] == f"{URL}/v1" and env["ANTHROPIC_BASE_URL"] == URL
+    assert env["GOOGLE_GEMINI_BASE_URL"] == URL
+    assert env["OPENAI_API_KEY"] == env["ANTHROPIC_API_KEY"] == env["GEMINI_API_KEY"] == KEY
+    assert env["POLAR_TASK"] == TASK and env["POLAR_MAX_STEPS"] == "7" and env["POLAR_MODEL"] == MODEL
+
+
+def test_shell_needs_a_command():
+    with pytest.raises(ValueError, match="harness.command"):
+        Shell(None)
