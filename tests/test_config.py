@@ -50,9 +50,10 @@ def test_defaults_keep_their_values():
 
     assert load(ProxyConfig, "proxy", []) == ProxyConfig()
     up = load(UpConfig, "up", [])
-    assert up.dataset.path == "conf/datasets/smoke.jsonl" and up.harness is None and len(up.harnesses) == 4
+    assert up.dataset.path == "bundled" and up.dataset.limit == 2 and up.harness is None and len(up.harnesses) == 4
     assert up.proxy.port == 0 and up.proxy.limits.max_tokens == 64 and up.proxy.upstream.engine == "vllm"
-    assert up.runtime.kind == "local" and up.builder.kind == "prefix_tree" and up.evaluator.kind == "session_completed"
+    assert up.runtime.kind == "local" and up.builder.kind == "prefix_tree" and up.evaluator.kind == "tests"
+    assert load(UpConfig, "up", ["dataset=smoke"]).dataset.path == "conf/datasets/smoke.jsonl"
     gw = load(GatewayConfig, "gateway", [])
     assert gw.proxy.store.path == "runs/node/records.sqlite" and gw.node.capacity.run == 8
 
@@ -78,7 +79,7 @@ def test_groups_reach_polar_up_and_the_gateway(tmp_path):
     (spec,) = tasks(up)
     assert spec.harness.name == "qwen_code" and spec.builder == "per_request" and spec.evaluator.kind == "tests"
     assert load(UpConfig, "up", ["runtime=docker", "runtime.image=python:3.11"]).runtime.kind == "docker"
-    assert load(UpConfig, "up", ["dataset=bundled"]).dataset.format == "swe"
+    assert load(UpConfig, "up", ["dataset=bundled"]).dataset.path == "bundled"
     gw = load(GatewayConfig, "gateway", ["proxy=cluster", "backend=nemo_rl"])
     assert gw.proxy.host == "0.0.0.0" and gw.proxy.upstream.engine == "nemo_rl"
     assert load(ProxyConfig, "proxy", ["proxy=cluster"]).host == "0.0.0.0"

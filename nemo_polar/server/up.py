@@ -29,6 +29,8 @@ from .contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, Ta
 from .gateway.node import GatewayNode, NodeConfig, NodeThread
 from .rollout import RolloutConfig, RolloutThread
 
+BUNDLED = "bundled"
+
 
 class VLLMConfig(Strict):
     start: bool = True
@@ -44,10 +46,13 @@ class NodeSection(Strict):
 class DatasetConfig(Strict):
     """`conf/dataset/*.yaml`; `dataset=FILE.jsonl` sets `path`."""
 
-    path: str
-    format: Literal["instruction", "swe"] = Field(
-        "instruction", description="instruction: rows {instruction, fields}; swe: SWE-bench rows"
+    path: str = Field(
+        BUNDLED, description=f"a JSONL file, or {BUNDLED!r}: the bundled task set, built in the run folder"
     )
+    format: Literal["auto", "instruction", "swe"] = Field(
+        "auto", description="instruction: rows {instruction, fields}; swe: SWE-bench rows; auto: by the first row"
+    )
+    limit: int | None = Field(None, ge=1, description="only the first rows")
 
 
 class BuilderConfig(Strict):
@@ -76,17 +81,18 @@ class UpConfig(Strict):
 
 def _rows(cfg: UpConfig) -> list[tuple[str, str, dict, RuntimeSpec]]:
     """(id, instruction, fields, runtime) per dataset row."""
-    lines = [line for line in Path(cfg.dataset.path).read_text().splitlines() if line.strip()]
-    if cfg.dataset.format == "swe":
+    path, limit = Path(cfg.dataset.path), cfg.dataset.limit
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:limit]
+    swe = cfg.dataset.format == "swe" or (cfg.dataset.format == "auto" and rows and "instance_id" in rows[0])
+    if swe:
         from ..tasks.dataset import parse_row
 
         out = []
-        for i, line in enumerate(lines):
-            row = parse_row(json.loads(line), f"{cfg.dataset.path}:{i + 1}")
+        for i, data in enumerate(rows):
+            row = parse_row(data, f"{path}:{i + 1}")
             runtime = cfg.runtime.model_copy(update={"repo": row.repo_path}) if row.repo_path else cfg.runtime
             out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime))
         return out
-    rows = [json.loads(line) for line in lines]
     return [
         (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), cfg.runtime)
         for i, r in enumerate(rows)
@@ -120,6 +126,11 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
     console = console or Console(width=120)
     run_dir = Path(cfg.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.dataset.path == BUNDLED:
+        from ..tasks.materialize import build
+
+        built = cfg.dataset.model_copy(update={"path": str(build(run_dir / "tasks"))})
+        cfg = cfg.model_copy(update={"dataset": built})
     specs = tasks(cfg)
     vllm = VLLMServer(model=Path(cfg.vllm.model), port=cfg.vllm.port, log_path=run_dir / "vllm.log")
     try:

@@ -20,6 +20,7 @@ def test_up_runs_every_row_per_harness_and_keeps_the_results(fake_upstream, tmp_
             f"run_dir={tmp_path / 'runs'}",
             "harnesses=[{name: pi}]",
             "num_samples=2",
+            "evaluator=session_completed",
             "vllm.start=false",
             f"proxy.upstream.url={fake_upstream.url}",
         ],
