@@ -12,9 +12,8 @@ proxy. Two outcomes are kept apart on purpose:
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,10 +22,10 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..config import Strict
 from ..errors import ConfigError, problems
+from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, run_group
 from ..server.contracts import SessionState
 
 REL_TOL = 1e-6  # components vs reward (NeMo-RL checks the same sum at 1e-5)
-READ_GRACE_S = 2.0
 
 
 @dataclass
@@ -114,39 +113,23 @@ class Completed:
 
 
 async def run(
-    argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float | None = None, stdin: bytes = b""
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+    stdin: bytes = b"",
+    sandbox: bool = False,
+    writable: list[Path] | None = None,
 ) -> Completed:
-    """Run a command in its own process group; at `timeout` (or on cancellation) the group is killed."""
+    """Run a command in its own process group (see nemo_polar.sandbox); with `sandbox`, under
+    bubblewrap where installed: only `writable` (default `cwd`) writable, no network."""
+    binary = bwrap() if sandbox else None
+    if binary and shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None:
+        # bubblewrap would start and then fail to exec it: say what a plain start would say
+        return Completed(argv, None, error=f"FileNotFoundError: {argv[0]} not found")
+    full = bwrap_argv(binary, argv, writable or [cwd], cwd, network=False) if binary else argv
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            start_new_session=True,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        rc, out, err = await run_group(full, env, cwd, timeout, stdin=stdin)
     except OSError as exc:
         return Completed(argv, None, error=f"{type(exc).__name__}: {exc}")
-    readers = asyncio.gather(proc.communicate(stdin))
-    timed_out = False
-    try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
-    except TimeoutError:
-        timed_out = True
-    finally:  # also on cancellation: nothing the command started may outlive it
-        _kill_group(proc.pid)
-        await proc.wait()
-    try:
-        ((out, err),) = await asyncio.wait_for(readers, READ_GRACE_S)
-    except TimeoutError:
-        out, err = b"", b"(output lost: a process outside the group kept the pipes open)"
-    return Completed(argv, proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), timed_out)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    return Completed(argv, rc, out, err, rc == TIMEOUT_RC, extra={"sandboxed": binary is not None})

@@ -41,6 +41,9 @@ class TestsConfig(Strict):
     exclude: list[str] = Field(default_factory=list, description="more globs left out of the agent's patch")
     env: dict[str, str] = Field(default_factory=dict, description="added to the test run's environment")
     run_empty: bool = Field(False, description="run the tests even when the agent changed nothing")
+    sandbox: bool = Field(
+        True, description="run the agent's code under bubblewrap (where installed): only the copy writable, no network"
+    )
     timeout_is_infrastructure: bool = False
 
 
@@ -70,8 +73,16 @@ class TestsEvaluator(Evaluator):
         if not applied:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"apply_error": why})
         budget = max(1.0, min(self.config.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
-        done = await run(self.command(row), self.eval_dir(ctx), self.env(ctx), budget)
-        details |= {"test_rc": done.rc, "test_timed_out": done.timed_out, "log_tail": (done.out + done.err)[-4000:]}
+        env, where = self.env(ctx), self.eval_dir(ctx)
+        done = await run(
+            self.command(row), where, env, budget, sandbox=self.config.sandbox, writable=[where, Path(env["HOME"])]
+        )
+        details |= {
+            "sandboxed": done.extra.get("sandboxed", False),
+            "test_rc": done.rc,
+            "test_timed_out": done.timed_out,
+            "log_tail": (done.out + done.err)[-4000:],
+        }
         if (problem := self.cannot_run(done)) is not None:
             return Evaluation.infra(problem, **details)
         return await self.grade(ctx, row, done, details)

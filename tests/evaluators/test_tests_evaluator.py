@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import socket
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +129,26 @@ def test_session_completed():
 
     assert score(SessionState.COMPLETED, 0) == 1.0
     assert score(SessionState.COMPLETED, 1) == 0.0 and score(SessionState.TIMEOUT, 0) == 0.0
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_the_agents_code_runs_sandboxed_under_its_tests(task_copy, tmp_path):
+    """The agent's patch adds a conftest.py that tries to escape while the tests run: it may write
+    nowhere but the evaluation copy and reach no network; the grade is unaffected."""
+    task, row, pristine, work = task_copy("roman")
+    _apply(task.patch, work)
+    escaped, listener = tmp_path / "escaped", socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    (work / "conftest.py").write_text(
+        "import socket\n"
+        f"try:\n    open({str(escaped)!r}, 'w').write('out')\nexcept OSError:\n    pass\n"
+        f"try:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        f"    open({str(escaped)!r} + '.net', 'w').write('reached')\nexcept OSError:\n    pass\n"
+    )
+    listener.settimeout(0.1)
+    result = _evaluate(row, pristine, work, tmp_path)
+    with pytest.raises(TimeoutError):
+        listener.accept()  # nobody connected
+    listener.close()
+    assert result.reward == 1.0 and result.details["sandboxed"] is True
+    assert not escaped.exists() and not Path(str(escaped) + ".net").exists()

@@ -148,8 +148,8 @@ class HarnessStages:
         if work.infra_error is not None:
             return Evaluation.infra(work.infra_error)
         status = session.outcome or SessionState.COMPLETED
-        if status is SessionState.CANCELLED:  # early stop or shutdown: not worth grading
-            return Evaluation(reward=0.0, details={"skipped": "cancelled"})
+        if status is SessionState.CANCELLED:  # early stop or shutdown: not graded, and never a 0 in training
+            return Evaluation.infra(f"not graded: {session.cause or 'cancelled'}")
         ctx = self._eval_ctx(session, work)
         ctx.status, ctx.exit_code = status, work.exit_code
         ctx.timeout_s = max(session.remaining(), EVAL_MIN_S)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ....sandbox import TIMEOUT_RC
 from ...contracts import RuntimeSpec
-from .base import TIMEOUT_RC, Runtime
+from .base import Runtime
 from .local import LocalRuntime
 
 __all__ = ["TIMEOUT_RC", "LocalRuntime", "Runtime", "make_runtime"]

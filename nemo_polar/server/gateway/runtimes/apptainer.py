@@ -17,9 +17,10 @@ import re
 import shutil
 from pathlib import Path
 
+from ....sandbox import kill_group, run_group
 from ...contracts import RuntimeSpec
 from . import forward
-from .base import FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, kill_group, make_folders, run_group
+from .base import FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
 
 IN_SOCKET_DIR = "/polar/proxy"
 IN_FORWARD = "/polar/forward.py"

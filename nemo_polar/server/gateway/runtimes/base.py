@@ -1,4 +1,4 @@
-"""What every runtime shares: the protocol, the session folder, process-group execution, and the
+"""What every runtime shares: the protocol, the session folder, and the
 proxy tunnel (the host end of the in-sandbox forwarder, see forward.py)."""
 
 from __future__ import annotations
@@ -7,18 +7,14 @@ import asyncio
 import ipaddress
 import os
 import shutil
-import signal
 import sys
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from . import forward
 
-TIMEOUT_RC = 124  # what `timeout(1)` returns: the command was killed at its deadline
-READ_GRACE_S = 2.0  # after a kill, how long to wait for output a stray process may still hold open
 FORWARD_SCRIPT = Path(forward.__file__)
 HOST_PYTHON = sys.executable
 
@@ -46,60 +42,6 @@ def make_folders(folder: Path, work: Path, home: Path, repo: Path | None) -> Non
     else:
         work.mkdir()
     home.mkdir()
-
-
-async def run_group(
-    argv: list[str],
-    env: dict[str, str],
-    cwd: Path | None,
-    timeout: float | None,
-    on_start: Callable[[int], None] = lambda pid: None,
-    on_end: Callable[[int], None] = lambda pid: None,
-) -> tuple[int, str, str]:
-    """Run to completion in a new process group; at `timeout` the whole group is killed and rc is
-    TIMEOUT_RC. Nothing the command started in the background outlives it: the group is killed
-    either way."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    on_start(proc.pid)
-    readers = asyncio.gather(proc.stdout.read(), proc.stderr.read())
-    try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
-        timed_out = False
-    except TimeoutError:
-        timed_out = True
-    except BaseException:
-        readers.cancel()
-        raise
-    finally:  # also on cancellation: never leave the group behind
-        kill_group(proc.pid)
-        await proc.wait()
-        on_end(proc.pid)
-    out, err = await collect(readers)
-    return (TIMEOUT_RC if timed_out else proc.returncode), out, err
-
-
-def kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def collect(readers: asyncio.Future) -> tuple[str, str]:
-    """The pipes close once every holder is dead; a process that left the group could keep them."""
-    try:
-        out, err = await asyncio.wait_for(readers, READ_GRACE_S)
-    except TimeoutError:
-        return "", "(output lost: a process outside the group kept the pipes open)"
-    return out.decode(errors="replace"), err.decode(errors="replace")
 
 
 # --- the proxy, seen from inside a sandbox without a network ------------------------------------

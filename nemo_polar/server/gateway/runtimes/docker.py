@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ....sandbox import TIMEOUT_RC
 from ...contracts import RuntimeSpec
 from . import forward
-from .base import FORWARD_SCRIPT, TIMEOUT_RC, ProxyTunnel, forward_argv, inside_url, make_folders
+from .base import FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
 
 IN_SOCKET_DIR = "/polar/proxy"
 IN_FORWARD = "/polar/forward.py"

@@ -16,21 +16,17 @@ import shutil
 import uuid
 from pathlib import Path
 
+from ....sandbox import bwrap_argv, kill_group, run_group
 from .base import (
     FORWARD_SCRIPT,
     HOST_PYTHON,
     ProxyTunnel,
     forward_argv,
     inside_url,
-    kill_group,
     make_folders,
-    run_group,
 )
 
 log = logging.getLogger("nemo_polar.gateway")
-
-# the read-only host; the session's writable binds come after the tmpfs, or /tmp would hide them
-BWRAP_HOST = "--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp".split()
 
 
 class LocalRuntime:
@@ -83,17 +79,13 @@ class LocalRuntime:
     def wrap(self, argv: list[str]) -> list[str]:
         if self.bwrap is None:
             return list(argv)
-        # No --new-session: the command must stay in the process group we kill; it has no
-        # controlling terminal anyway (start_new_session), so there is no tty to hijack.
-        work, home = str(self.work), str(self.home)
-        args = ["--bind", work, work, "--bind", home, home, "--chdir", work, "--unshare-pid", "--die-with-parent"]
-        if self.isolated_network:
-            args.append("--unshare-net")  # only loopback inside
+        extra: list[str] = []
         if self.tunnel is not None:
             sock_dir = str(self.tunnel.folder)
-            args += ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
+            extra = ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
             argv = forward_argv(HOST_PYTHON, str(FORWARD_SCRIPT), self.listen, str(self.tunnel.socket_path), argv)
-        return [self.bwrap, *BWRAP_HOST, *args, "--", *argv]
+        writable = [self.work, self.home]
+        return bwrap_argv(self.bwrap, argv, writable, self.work, network=not self.isolated_network, extra=extra)
 
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None

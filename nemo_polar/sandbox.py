@@ -1,0 +1,105 @@
+"""Commands in their own process group, optionally under bubblewrap: the one way the project runs
+untrusted work (a harness in a session's runtime, an agent's patched code under its tests).
+
+A command's whole group is killed at its deadline, on cancellation and after it exits, so nothing
+it started in the background outlives it. Under bubblewrap the host is read-only, /tmp is private,
+only the named folders are writable (at their host paths), and the network is loopback only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+TIMEOUT_RC = 124  # what `timeout(1)` returns: the command was killed at its deadline
+READ_GRACE_S = 2.0  # after a kill, how long to wait for output a stray process may still hold open
+# the read-only host; the writable binds come after the tmpfs, or /tmp would hide them
+BWRAP_HOST = "--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp".split()
+
+
+def bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+def bwrap_argv(
+    binary: str, argv: Sequence[str], writable: Sequence[Path | str], chdir: Path | str, *, network: bool, extra=()
+) -> list[str]:
+    """`argv` under bubblewrap. No --new-session: the command must stay in the process group we kill;
+    it has no controlling terminal anyway (start_new_session), so there is no tty to hijack."""
+    args: list[str] = []
+    for path in writable:
+        args += ["--bind", str(path), str(path)]
+    args += ["--chdir", str(chdir), "--unshare-pid", "--die-with-parent"]
+    if not network:
+        args.append("--unshare-net")  # a namespace of its own with only loopback
+    return [binary, *BWRAP_HOST, *args, *extra, "--", *argv]
+
+
+async def run_group(
+    argv: list[str],
+    env: dict[str, str] | None,
+    cwd: Path | None,
+    timeout: float | None,
+    on_start: Callable[[int], None] = lambda pid: None,
+    on_end: Callable[[int], None] = lambda pid: None,
+    stdin: bytes | None = None,
+) -> tuple[int, str, str]:
+    """Run to completion in a new process group; at `timeout` the whole group is killed and rc is
+    TIMEOUT_RC. Raises OSError when the command cannot start."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    on_start(proc.pid)
+    feeder = None if stdin is None else asyncio.create_task(_feed(proc.stdin, stdin))
+    readers = asyncio.gather(proc.stdout.read(), proc.stderr.read())
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
+        timed_out = False
+    except TimeoutError:
+        timed_out = True
+    except BaseException:
+        readers.cancel()
+        raise
+    finally:  # also on cancellation: never leave the group behind
+        kill_group(proc.pid)
+        await proc.wait()
+        if feeder is not None:
+            feeder.cancel()
+        on_end(proc.pid)
+    out, err = await collect(readers)
+    return (TIMEOUT_RC if timed_out else proc.returncode), out, err
+
+
+async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        await pipe.drain()
+        pipe.close()
+    except (BrokenPipeError, ConnectionResetError):  # it stopped reading: its business
+        pass
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def collect(readers: asyncio.Future) -> tuple[str, str]:
+    """The pipes close once every holder is dead; a process that left the group could keep them."""
+    try:
+        out, err = await asyncio.wait_for(readers, READ_GRACE_S)
+    except TimeoutError:
+        return "", "(output lost: a process outside the group kept the pipes open)"
+    return out.decode(errors="replace"), err.decode(errors="replace")
