@@ -26,13 +26,22 @@ def bwrap() -> str | None:
 
 
 def bwrap_argv(
-    binary: str, argv: Sequence[str], writable: Sequence[Path | str], chdir: Path | str, *, network: bool, extra=()
+    binary: str,
+    argv: Sequence[str],
+    writable: Sequence[Path | str | tuple[Path | str, Path | str]],
+    chdir: Path | str,
+    *,
+    network: bool,
+    extra=(),
 ) -> list[str]:
-    """`argv` under bubblewrap. No --new-session: the command must stay in the process group we kill;
-    it has no controlling terminal anyway (start_new_session), so there is no tty to hijack."""
+    """`argv` under bubblewrap; `writable` folders are bound at their host path, or (host, inside)
+    pairs at a path of their own (under /tmp, the sandbox's tmpfs). No --new-session: the command
+    must stay in the process group we kill; it has no controlling terminal anyway
+    (start_new_session), so there is no tty to hijack."""
     args: list[str] = []
-    for path in writable:
-        args += ["--bind", str(path), str(path)]
+    for bind in writable:
+        host, inside = bind if isinstance(bind, tuple) else (bind, bind)
+        args += ["--bind", str(host), str(inside)]
     args += ["--chdir", str(chdir), "--unshare-pid", "--die-with-parent"]
     if not network:
         args.append("--unshare-net")  # a namespace of its own with only loopback

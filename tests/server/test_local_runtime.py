@@ -56,7 +56,7 @@ def test_working_copy_home_and_stop(tmp_path):
         await rt.start()
         rc, out, err = await rt.exec(["sh", "-c", "cat README; echo $HOME; pwd"])
         assert rc == 0, err
-        assert out.split() == ["hello", str(rt.home), str(rt.work)]
+        assert out.split() == ["hello", str(rt.inside_home), str(rt.inside_work)]
         rc, _, _ = await rt.exec(["sh", "-c", "exit 3"])
         assert rc == 3
         await rt.stop()
@@ -76,7 +76,7 @@ def test_bwrap_confines_writes_to_work_and_home(tmp_path):
         assert rt.sandboxed
         await rt.start()
         try:
-            ok = await rt.exec(["sh", "-c", f"echo w > {rt.work}/a && echo h > {rt.home}/b"])
+            ok = await rt.exec(["sh", "-c", f"echo w > {rt.inside_work}/a && echo h > {rt.inside_home}/b"])
             bad_host = await rt.exec(["sh", "-c", f"echo x > {outside_host}"])
             bad_tmp = await rt.exec(["sh", "-c", f"echo x > {outside_tmp}"])
             return rt, ok, bad_host, bad_tmp, (rt.work / "a").read_text(), (rt.home / "b").read_text()
@@ -129,3 +129,22 @@ def test_stop_kills_a_running_exec(tmp_path):
     assert rc != 0
     assert alive_in_group(rt.pids[0]) == []
     assert not rt.folder.exists()
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_every_sandboxed_session_sees_the_same_paths(tmp_path):
+    """GRPO groups samples by their first prompt, and harnesses put their working directory in it."""
+
+    async def one(sid: str):
+        rt = LocalRuntime(tmp_path / "sessions", session_id=sid)
+        await rt.start()
+        try:
+            rc, out, _ = await rt.exec(["sh", "-c", "pwd; echo $HOME; echo x > here"])
+            return rc, out, rt.work, (rt.work / "here").read_text()
+        finally:
+            await rt.stop()
+
+    (rc_a, seen_a, host_a, wrote_a), (rc_b, seen_b, host_b, _) = asyncio.run(one("a")), asyncio.run(one("b"))
+    assert rc_a == rc_b == 0 and host_a != host_b
+    assert seen_a == seen_b == "/tmp/polar/work\n/tmp/polar/home\n"
+    assert wrote_a == "x\n"  # and the fixed path is the session's own folder on the host

@@ -21,11 +21,11 @@ def test_start_for_network_proxy_with_limits():
     spec = RuntimeSpec(kind="apptainer", image="/img/py.sif", cpus=2, memory="4g")
     assert start_argv("apptainer", spec, "polar-s1", W, H, OV, S) == [
         "apptainer", "instance", "start", "--containall", "--overlay", str(OV),
-        "--home", str(H), "--bind", f"{W}:{W}", "--pwd", str(W),
+        "--home", f"{H}:/polar/home", "--bind", f"{W}:/polar/work", "--pwd", "/polar/work",
         "--net", "--network", "none",
         "--bind", f"{S}:/polar/proxy:ro", "--bind", f"{FORWARD_SCRIPT}:/polar/forward.py:ro",
         "--cpus", "2.0", "--memory", "4g",
-        "--env", f"HOME={H}", "/img/py.sif", "polar-s1",
+        "--env", "HOME=/polar/home", "/img/py.sif", "polar-s1",
     ]  # fmt: skip
 
 
@@ -35,10 +35,10 @@ def test_start_for_host_network_has_no_namespace_or_forwarder():
 
 
 def test_exec_keeps_the_hosts_environment_out():
-    argv = exec_argv("apptainer", "polar-s1", W, H, ["sh", "-c", "a,b"], {"K": "v,w"})
+    argv = exec_argv("apptainer", "polar-s1", ["sh", "-c", "a,b"], {"K": "v,w"})
     assert argv == [
-        "apptainer", "exec", "--cleanenv", "--pwd", str(W), "instance://polar-s1",
-        "env", f"HOME={H}", "K=v,w", "sh", "-c", "a,b",
+        "apptainer", "exec", "--cleanenv", "--pwd", "/polar/work", "instance://polar-s1",
+        "env", "HOME=/polar/home", "K=v,w", "sh", "-c", "a,b",
     ]  # fmt: skip
     assert stop_argv("apptainer", "polar-s1") == ["apptainer", "instance", "stop", "--force", "polar-s1"]
     assert instance_name("a.b/c") == "polar-a-b-c"
@@ -67,5 +67,5 @@ def test_an_instance_session_runs_and_goes_away(proxy, tmp_path):
 
     rt, ok, home = asyncio.run(body())
     assert ok[0] == 0 and "nemo_polar-proxy" in ok[1]
-    assert home[1].strip() == str(rt.home)
+    assert home[1].strip() == str(rt.inside_home) == "/polar/home"
     assert not rt.folder.exists()

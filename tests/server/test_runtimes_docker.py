@@ -32,8 +32,8 @@ def test_the_container_for_network_proxy(tmp_path):
     assert kw["image"] == IMAGE and kw["name"] == "polar-s1" and kw["detach"] and kw["init"]
     assert kw["network_mode"] == "none"  # nothing routable: the proxy only through the socket
     assert kw["volumes"] == {
-        str(work): {"bind": str(work), "mode": "rw"},
-        str(home): {"bind": str(home), "mode": "rw"},
+        str(work): {"bind": "/polar/work", "mode": "rw"},  # fixed: the same in every session
+        str(home): {"bind": "/polar/home", "mode": "rw"},
         str(sock): {"bind": "/polar/proxy", "mode": "ro"},
         str(FORWARD_SCRIPT): {"bind": "/polar/forward.py", "mode": "ro"},
     }
@@ -42,7 +42,7 @@ def test_the_container_for_network_proxy(tmp_path):
         "--", "sleep", "infinity",
     ]  # fmt: skip
     assert kw["nano_cpus"] == 2_000_000_000 and kw["mem_limit"] == kw["memswap_limit"] == "2g"
-    assert kw["working_dir"] == str(work) and kw["environment"] == {"HOME": str(home)}
+    assert kw["working_dir"] == "/polar/work" and kw["environment"] == {"HOME": "/polar/home"}
     assert kw["user"] == "1000:1000"
 
 
@@ -77,7 +77,7 @@ def test_a_container_session_reaches_only_the_proxy_and_goes_away(proxy, tmp_pat
             probe = f"import urllib.request; print(urllib.request.urlopen('{rt.proxy_url}/health').read())"
             ok = await rt.exec(["python3", "-c", probe])
             blocked = await rt.exec(["python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), 3)"])
-            wrote = await rt.exec(["sh", "-c", f"echo hi > {rt.work}/f && cat {rt.work}/f"])
+            wrote = await rt.exec(["sh", "-c", f"echo hi > {rt.inside_work}/f && cat {rt.inside_work}/f"])
             slow = await rt.exec(["sleep", "30"], timeout=1)
             return rt, ok, blocked, wrote, slow
         finally:

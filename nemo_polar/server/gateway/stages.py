@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ...evaluators import EvalContext, Evaluation, make_evaluator
 from ...proxy.app import Proxy
@@ -52,7 +53,7 @@ class Work:
     api_key: str = ""
     exit_code: int | None = None
     agent_timed_out: bool = False
-    log: dict[str, str] = field(default_factory=dict)
+    log: dict[str, Any] = field(default_factory=dict)
     eval_ctx: EvalContext | None = None
     infra_error: str | None = None  # set when the session failed for the node's sake: masked
     logs: str | None = None  # the session's harness logs, kept outside the sandbox
@@ -94,8 +95,8 @@ class HarnessStages:
         launch = harness.launch(
             task.instruction,
             Endpoint(runtime.proxy_url or self.proxy_url, work.api_key),
-            runtime.home,
-            runtime.work,
+            runtime.inside_home,  # paths as the harness sees them; its files are written on the host side
+            runtime.inside_work,
             task.harness.max_steps,
         )
         launch.write_files(runtime.home)
@@ -118,9 +119,13 @@ class HarnessStages:
 
     async def postrun(self, session: Session) -> None:
         work = session.data if isinstance(session.data, Work) else Work(session.data)
+        t0 = time.monotonic()
         try:
             evaluation = await self._evaluate(session, work)
-            result = self._result(session, work, evaluation)
+            work.log["evaluation_s"] = round(time.monotonic() - t0, 3)
+            # building traces is CPU work: off the event loop, which must keep the node's heartbeats going
+            result = await asyncio.to_thread(self._result, session, work, evaluation)
+            result.timing.postrun_s = time.monotonic() - t0  # the pipeline's own clock stops after delivery
         finally:
             if work.runtime is not None:
                 await work.runtime.stop()
@@ -184,8 +189,9 @@ class HarnessStages:
             stats=stats
             | {"exit_code": work.exit_code, "agent_timed_out": work.agent_timed_out, "finished_at": time.time()}
             | {"logs": work.logs, "harness_version": work.log.get("harness_version")}
+            | {"evaluation_s": work.log.get("evaluation_s")}
             | ({"evaluation": evaluated} if evaluated else {}),
-            timing=session.timing,
+            timing=session.timing.model_copy(),
             node_id=self.node_id,
-            error=session.error or session.cause or (f"evaluation: {failure}" if evaluation else None),
+            error=session.error or session.cause or (f"evaluation: {failure}" if evaluation and failure else None),
         )

@@ -1,6 +1,6 @@
 """Which gateway node gets the next session: pure functions over node rows, easy to test.
 
-A node is healthy while its heartbeats arrive (within 2.5 intervals) and it is not draining. Among
+A node is healthy while its heartbeats arrive (within 5 intervals) and it is not draining. Among
 healthy nodes with free admission, the one with the least run pressure wins, then post-run, then
 init pressure: RUN slots are the scarce, GPU-bound stage, so a session goes where the agent will
 start soonest. Reservations count sessions dispatched since the node's last heartbeat, which its
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from ..contracts import SessionState
 from .store import NodeRow, SessionRow
 
-STALE_FACTOR = 2.5
+STALE_FACTOR = 5.0  # missed heartbeats before a node is lost: a busy node must not lose its sessions
 NODE_LOST = "node lost"
 _UNSTARTED = (SessionState.REGISTERED, SessionState.INITIALIZING, SessionState.READY)
 

@@ -1,6 +1,6 @@
 """OpenHands, through its SDK: Chat Completions via LiteLLM, non-streaming; terminal and file-editor
 tools in a local workspace (no docker). The SDK needs Python >= 3.12, so a small runner script of
-ours runs in its own venv (.deps/openhands, made by scripts/setup_openhands.sh)."""
+ours runs in its own venv (.deps/openhands, made by `scripts/setup.sh openhands`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from ....sandbox import kill_group, run_group
 from ...contracts import RuntimeSpec
 from . import forward
-from .base import FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
+from .base import CONTAINER_HOME, CONTAINER_WORK, FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
 
 IN_SOCKET_DIR = "/polar/proxy"
 IN_FORWARD = "/polar/forward.py"
@@ -46,7 +46,7 @@ def start_argv(
 ) -> list[str]:
     """`apptainer instance start ...` for one session (a pure function)."""
     argv = [binary, "instance", "start", "--containall", "--overlay", str(overlay)]
-    argv += ["--home", str(home), "--bind", f"{work}:{work}", "--pwd", str(work)]
+    argv += ["--home", f"{home}:{CONTAINER_HOME}", "--bind", f"{work}:{CONTAINER_WORK}", "--pwd", str(CONTAINER_WORK)]
     if spec.network != "host":
         argv += ["--net", "--network", "none"]
     if spec.network == "proxy":
@@ -56,14 +56,14 @@ def start_argv(
         argv += ["--cpus", str(spec.cpus)]
     if spec.memory is not None:
         argv += ["--memory", spec.memory]
-    return [*argv, "--env", f"HOME={home}", str(spec.image), name]
+    return [*argv, "--env", f"HOME={CONTAINER_HOME}", str(spec.image), name]
 
 
-def exec_argv(binary: str, name: str, work: Path, home: Path, argv: list[str], env: dict[str, str]) -> list[str]:
+def exec_argv(binary: str, name: str, argv: list[str], env: dict[str, str]) -> list[str]:
     """`apptainer exec` of one command in the instance. `env K=V` rather than `--env`, which splits
     its value at commas."""
-    pairs = [f"{k}={v}" for k, v in ({"HOME": str(home)} | env).items()]
-    return [binary, "exec", "--cleanenv", "--pwd", str(work), f"instance://{name}", "env", *pairs, *argv]
+    pairs = [f"{k}={v}" for k, v in ({"HOME": str(CONTAINER_HOME)} | env).items()]
+    return [binary, "exec", "--cleanenv", "--pwd", str(CONTAINER_WORK), f"instance://{name}", "env", *pairs, *argv]
 
 
 def stop_argv(binary: str, name: str) -> list[str]:
@@ -78,6 +78,7 @@ class ApptainerRuntime:
         self.binary, self.spec, self.name = binary, spec, instance_name(session_id)
         self.folder = Path(root).resolve() / session_id
         self.work, self.home, self.overlay = self.folder / "work", self.folder / "home", self.folder / "overlay"
+        self.inside_work, self.inside_home = CONTAINER_WORK, CONTAINER_HOME
         self.tunnel: ProxyTunnel | None = None
         self.proxy_url, self.listen = (proxy_url if spec.network == "host" else None), []
         if spec.network == "proxy" and proxy_url:
@@ -124,7 +125,7 @@ class ApptainerRuntime:
     async def _start_forwarder(self) -> None:
         sock = f"{IN_SOCKET_DIR}/proxy.sock"
         inner = forward_argv("python3", IN_FORWARD, self.listen, sock, ["sleep", "infinity"], ready=True)
-        argv = exec_argv(self.binary, self.name, self.work, self.home, inner, {})
+        argv = exec_argv(self.binary, self.name, inner, {})
         proc = await asyncio.create_subprocess_exec(
             *argv, env=self._env(), start_new_session=True, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -145,7 +146,7 @@ class ApptainerRuntime:
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
-        full = exec_argv(self.binary, self.name, self.work, self.home, argv, env or {})
+        full = exec_argv(self.binary, self.name, argv, env or {})
         return await run_group(full, self._env(), None, timeout, self._live.add, self._live.discard)
 
     async def stop(self) -> None:

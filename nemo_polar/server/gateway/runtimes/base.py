@@ -16,14 +16,21 @@ from urllib.parse import urlsplit, urlunsplit
 from . import forward
 
 FORWARD_SCRIPT = Path(forward.__file__)
+# where docker and apptainer mount the session's folders (the local runtime: see local.py)
+CONTAINER_WORK, CONTAINER_HOME = Path("/polar/work"), Path("/polar/home")
 HOST_PYTHON = sys.executable
 
 
 class Runtime(Protocol):
     """A session's sandbox. `work` and `home` are host paths, and the same paths inside."""
 
-    work: Path
+    work: Path  # host paths
     home: Path
+    # The same folders as the commands see them: a fixed path per runtime kind, so that nothing
+    # before a session's first model call differs between the samples of a task (harnesses put
+    # their working directory in the system prompt, and GRPO groups samples by the first prompt).
+    inside_work: Path
+    inside_home: Path
     proxy_url: str | None  # how commands inside reach the proxy (None: they cannot)
 
     @property

@@ -26,7 +26,7 @@ from typing import Any
 from ....sandbox import TIMEOUT_RC
 from ...contracts import RuntimeSpec
 from . import forward
-from .base import FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
+from .base import CONTAINER_HOME, CONTAINER_WORK, FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
 
 IN_SOCKET_DIR = "/polar/proxy"
 IN_FORWARD = "/polar/forward.py"
@@ -48,7 +48,10 @@ def container_kwargs(
     user: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of `client.containers.run` for one session (a pure function)."""
-    volumes = {str(work): {"bind": str(work), "mode": "rw"}, str(home): {"bind": str(home), "mode": "rw"}}
+    volumes = {
+        str(work): {"bind": str(CONTAINER_WORK), "mode": "rw"},
+        str(home): {"bind": str(CONTAINER_HOME), "mode": "rw"},
+    }
     command = ["sleep", "infinity"]
     if spec.network == "proxy":
         assert socket_dir is not None and listen, "network proxy needs the tunnel's socket folder"
@@ -63,8 +66,8 @@ def container_kwargs(
         "init": True,  # reaps the zombies of exec'd commands
         "network_mode": "host" if spec.network == "host" else "none",
         "volumes": volumes,
-        "working_dir": str(work),
-        "environment": {"HOME": str(home)},
+        "working_dir": str(CONTAINER_WORK),
+        "environment": {"HOME": str(CONTAINER_HOME)},
         "labels": {"nemo_polar.session": name},
         "user": user,  # the gateway's uid: files in the working copy stay ours to read and remove
     }
@@ -88,6 +91,7 @@ class DockerRuntime:
         self.spec, self.name = spec, container_name(session_id)
         self.folder = Path(root).resolve() / session_id
         self.work, self.home = self.folder / "work", self.folder / "home"
+        self.inside_work, self.inside_home = CONTAINER_WORK, CONTAINER_HOME
         self.client = docker.from_env()
         self.container = None
         self.tunnel: ProxyTunnel | None = None
@@ -145,8 +149,8 @@ class DockerRuntime:
         run = asyncio.to_thread(
             self.container.exec_run,
             exec_argv(argv, timeout),
-            environment={"HOME": str(self.home)} | (env or {}),
-            workdir=str(self.work),
+            environment={"HOME": str(CONTAINER_HOME)} | (env or {}),
+            workdir=str(CONTAINER_WORK),
             demux=True,
         )
         # a backstop past the in-container deadline: a wedged exec is ended by stop() removing the container

@@ -1,8 +1,8 @@
 """`LocalRuntime`: a session folder on this machine (a working copy and a HOME), each command in its
 own process group, under bubblewrap when it is installed.
 
-With bubblewrap: the host read-only, a private /tmp, the two folders writable at their host paths
-(so paths in configs mean the same inside and out), and by default (network "proxy") a network
+With bubblewrap: the host read-only, a private /tmp, the two folders writable at fixed paths on
+it (/tmp/polar/work and /tmp/polar/home, the same in every session), and by default (network "proxy") a network
 namespace of its own with only loopback, in which forward.py listens at the proxy's host:port and
 pipes to the gateway through a Unix socket. Without bubblewrap: plain processes, no isolation.
 """
@@ -27,6 +27,7 @@ from .base import (
 )
 
 log = logging.getLogger("nemo_polar.gateway")
+IN_WORK, IN_HOME = Path("/tmp/polar/work"), Path("/tmp/polar/home")
 
 
 class LocalRuntime:
@@ -53,6 +54,8 @@ class LocalRuntime:
             self.tunnel = ProxyTunnel(proxy_url, self.folder)
         elif self.bwrap and network == "none":
             self.proxy_url = None
+        # under bubblewrap the session's folders sit at fixed paths on the sandbox's private /tmp
+        self.inside_work, self.inside_home = (IN_WORK, IN_HOME) if self.bwrap else (self.work, self.home)
         self.pids: list[int] = []  # every process group this runtime started (its leaders' pids)
         self._live: set[int] = set()
 
@@ -74,7 +77,7 @@ class LocalRuntime:
                 raise
 
     def base_env(self) -> dict[str, str]:
-        return {"HOME": str(self.home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        return {"HOME": str(self.inside_home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
 
     def wrap(self, argv: list[str]) -> list[str]:
         if self.bwrap is None:
@@ -84,8 +87,8 @@ class LocalRuntime:
             sock_dir = str(self.tunnel.folder)
             extra = ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
             argv = forward_argv(HOST_PYTHON, str(FORWARD_SCRIPT), self.listen, str(self.tunnel.socket_path), argv)
-        writable = [self.work, self.home]
-        return bwrap_argv(self.bwrap, argv, writable, self.work, network=not self.isolated_network, extra=extra)
+        writable = [(self.work, self.inside_work), (self.home, self.inside_home)]
+        return bwrap_argv(self.bwrap, argv, writable, self.inside_work, network=not self.isolated_network, extra=extra)
 
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None

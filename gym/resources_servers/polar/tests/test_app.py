@@ -1,0 +1,91 @@
+# SPDX-FileCopyrightText: Copyright (c) 2026 nemo_polar contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The polar resources server: session contract, and /verify against a fake rollout server client."""
+
+from unittest.mock import MagicMock
+
+from fastapi.testclient import TestClient
+from nemo_gym.base_resources_server import ResourcesSeedSessionRequest
+from nemo_gym.episode_types import EpisodeId, TaskId
+from nemo_gym.server_utils import ServerClient
+from nemo_gym.testing.session_conformance import check_resources_session_contract
+from resources_servers.polar.app import PolarResourcesServer, PolarResourcesServerConfig
+
+from nemo_polar.env import gym as polar_gym
+from nemo_polar.traces.export import gym_masked_response
+
+
+class FakeClient:
+    def __init__(self, sessions):
+        self.sessions = sessions
+
+    async def wait(self, task_id, timeout_s):
+        if task_id not in self.sessions:
+            raise polar_gym.RolloutUnavailable(f"GET /tasks/{task_id} answered 404")
+        return self.sessions[task_id]
+
+
+def server(sessions=None) -> PolarResourcesServer:
+    config = PolarResourcesServerConfig(
+        host="127.0.0.1", port=8080, entrypoint="", name="polar", rollout_url="http://x"
+    )
+    s = PolarResourcesServer(config=config, server_client=MagicMock(spec=ServerClient))
+    s._client = FakeClient(sessions or {})
+    return s
+
+
+def seed(sid="rs-1") -> ResourcesSeedSessionRequest:
+    return ResourcesSeedSessionRequest(
+        resources_session_id=sid,
+        episode_id=EpisodeId(rollout_id="r1", attempt=0),
+        task_id=TaskId(taskset="polar", task_id="hello"),
+        task_data={"instruction": "Say hello."},
+    )
+
+
+def test_session_contract():
+    check_resources_session_contract(server().setup_webserver(), seed(), keeps_state=True)
+
+
+def test_seed_and_close_are_idempotent():
+    client = TestClient(server().setup_webserver())
+    body = seed().model_dump(mode="json")
+    first, second = client.post("/seed_session", json=body), client.post("/seed_session", json=body)
+    assert first.status_code == second.status_code == 200 and first.json() == second.json()
+    close = {"resources_session_id": "rs-1", "episode_id": body["episode_id"]}
+    a, b = client.post("/close_session", json=close), client.post("/close_session", json=close)
+    assert a.status_code == b.status_code == 200 and a.json() == b.json() == {"resources_session_id": "rs-1"}
+    assert client.post("/seed_session", json={"responses_create_params": {"input": []}}).json() == {}  # legacy seed
+
+
+def verify_body(task_id):
+    response = gym_masked_response(response_id="resp_x")
+    response["metadata"] = {polar_gym.META_TASK: task_id} if task_id else {}
+    return {"responses_create_params": {"input": [{"role": "user", "content": "Say hello."}]}, "response": response}
+
+
+def done(status="completed", reward=1.0, masked=False, error=None):
+    result = {"status": status, "reward": reward, "reward_components": {"a": 0.25, "b": reward - 0.25}}
+    return {"session_id": "s", "state": status, "result": result | {"masked": masked, "error": error}}
+
+
+def test_verify_returns_the_evaluator_reward():
+    client = TestClient(server({"t1": done(reward=0.75)}).setup_webserver())
+    out = client.post("/verify", json=verify_body("t1")).json()
+    assert out["reward"] == 0.75 and out["mask_sample"] is False and out["reward_components"] == {"a": 0.25, "b": 0.5}
+    assert client.post("/verify", json=verify_body("t1")).json() == out  # verifying twice: the same answer
+
+
+def test_verify_masks_infrastructure_failures():
+    sessions = {"lost": done("error", 0.0, True, "node lost"), "bad": done(masked=True, error="evaluation: no repo")}
+    client = TestClient(server(sessions).setup_webserver())
+    expected = [
+        ("lost", "session_lost"),
+        ("bad", "verifier_error"),
+        ("nope", "verifier_error"),
+        (None, "verifier_error"),
+    ]
+    for task_id, kind in expected:
+        out = client.post("/verify", json=verify_body(task_id)).json()
+        assert out["mask_sample"] is True and out["instance_config"] == {"mask_sample": True}, task_id
+        assert out["failure_kind"] == kind and out["reward"] == 0.0, task_id

@@ -1,0 +1,139 @@
+# SPDX-FileCopyrightText: Copyright (c) 2026 nemo_polar contributors
+# SPDX-License-Identifier: Apache-2.0
+"""polar_agent without a rollout server: a fake client answers with canned sessions and traces."""
+
+import json
+from pathlib import Path
+from unittest.mock import MagicMock
+
+import pytest
+from fastapi.testclient import TestClient
+from nemo_gym.server_utils import ServerClient
+from responses_api_agents.polar_agent.app import PolarAgent, PolarAgentConfig
+
+from nemo_polar.env import gym as polar_gym
+from nemo_polar.traces import nemo_rl
+from nemo_polar.traces.export import write_jsonl
+from nemo_polar.traces.models import Segment, Trace
+
+ROW = {
+    "responses_create_params": {"input": [{"role": "user", "content": "Say hello."}], "temperature": 1.0},
+    "polar": {"task_id": "hello", "harness": {"name": "pi", "max_steps": 2}},
+    "agent_ref": {"type": "responses_api_agents", "name": "polar_agent"},
+    "_ng_task_index": 0,
+    "_ng_rollout_index": 1,
+}
+
+
+def chain(prompt, calls, root_seq=0, gap=(7,)):
+    """A trace: `prompt`, then each call's sampled ids with `gap` tokens (tool output) between."""
+    response, mask, logprobs, segments, seqs = [], [], [], [], []
+    for k, sampled in enumerate(calls):
+        if k:
+            response += list(gap)
+            mask += [0] * len(gap)
+            logprobs += [0.0] * len(gap)
+        start = len(response)
+        segments.append(Segment(record_id=f"r{root_seq}_{k}", start=start, end=start + len(sampled), trained=True))
+        response += sampled
+        mask += [1] * len(sampled)
+        logprobs += [-0.5] * len(sampled)
+        seqs.append(root_seq + k)
+    return Trace(
+        prompt_ids=prompt,
+        response_ids=response,
+        loss_mask=mask,
+        response_logprobs=logprobs,
+        record_ids=[s.record_id for s in segments],
+        segments=segments,
+        metadata={"seq": seqs},
+    )
+
+
+class FakeClient:
+    def __init__(self, session):
+        self.session, self.tasks = session, []
+
+    async def submit(self, task):
+        self.tasks.append(task)
+        return task.task_id
+
+    async def wait(self, task_id, timeout_s):
+        if isinstance(self.session, Exception):
+            raise self.session
+        return self.session
+
+    async def cancel(self, task_id):
+        pass
+
+
+def session(tmp_path: Path, traces, status="completed", reward=1.0, masked=False, error=None):
+    path = tmp_path / "s1.jsonl"
+    write_jsonl(traces, path, session_id="s1")
+    result = {
+        "session_id": "s1",
+        "status": status,
+        "reward": None if masked else reward,
+        "reward_components": {} if masked else {"tests": reward},
+        "masked": masked,
+        "traces_path": str(path) if traces else None,
+        "error": error,
+    }
+    return {"session_id": "s1", "state": status, "result": result}
+
+
+def agent(client) -> TestClient:
+    config = PolarAgentConfig(
+        host="127.0.0.1", port=8080, entrypoint="", name="polar_agent", rollout_url="http://x", skip_verification=True
+    )
+    server = PolarAgent(config=config, server_client=MagicMock(spec=ServerClient))
+    server._client = client
+    return TestClient(server.setup_webserver())
+
+
+def test_run_returns_the_primary_chain_with_token_fields(tmp_path):
+    fake = FakeClient(session(tmp_path, [chain([1, 2], [[3], [4, 5]])]))
+    result = agent(fake).post("/run", json=ROW).json()
+    (task,) = fake.tasks
+    assert task.num_samples == 1 and task.instruction == "Say hello." and task.task_id.startswith("hello-")
+    assert task.harness.max_steps == 2 and task.metadata["sampling"] == {"temperature": 1.0}
+    assert result["reward"] == 1.0 and result["mask_sample"] is False and result["reward_components"] == {"tests": 1.0}
+    flat = nemo_rl.flatten(result)
+    assert flat.token_ids == [1, 2, 3, 7, 4, 5] and flat.token_mask == [0, 0, 1, 0, 1, 1]
+    assert result["response"]["metadata"] == {"polar_task_id": task.task_id, "polar_session_id": "s1"}
+    assert result["polar"]["chains"] == 1 and result["polar"]["other_chains_path"] is None
+
+
+def test_other_chains_go_to_a_side_file(tmp_path):
+    main = chain([1, 2], [[3], [4, 5]])
+    compacted = chain([9, 9], [[6, 6, 6, 6]], root_seq=2)  # rooted later: not the task's first prompt
+    result = agent(FakeClient(session(tmp_path, [main, compacted]))).post("/run", json=ROW).json()
+    assert result["polar"]["primary_chain"] == 0 and result["polar"]["other_chains"] == [1]
+    assert result["polar_untrained_chain_tokens"] == 4
+    (line,) = Path(result["polar"]["other_chains_path"]).read_text().splitlines()
+    assert nemo_rl.flatten(json.loads(line)["output"]).token_ids == [9, 9, 6, 6, 6, 6]
+
+
+@pytest.mark.parametrize(
+    "kwargs, kind",
+    [
+        ({"status": "error", "error": "runtime: repo folder missing"}, "agent_run_error"),
+        ({"status": "timeout"}, "agent_timeout"),
+        ({"masked": True, "error": "evaluation: no repo"}, "verifier_error"),
+    ],
+)
+def test_infrastructure_failures_are_masked_not_scored(tmp_path, kwargs, kind):
+    result = agent(FakeClient(session(tmp_path, [], **kwargs))).post("/run", json=ROW).json()
+    assert result["mask_sample"] is True and result["instance_config"] == {"mask_sample": True}
+    assert result["failure_kind"] == kind and result["reward"] == 0.0 and "reward_components" not in result
+    assert nemo_rl.flatten(result).loss_multiplier == 0.0  # the placeholder keeps NeMo-RL from raising
+
+
+def test_an_unreachable_rollout_server_is_masked(tmp_path):
+    fake = FakeClient(polar_gym.RolloutUnavailable("rollout server http://x unreachable"))
+    result = agent(fake).post("/run", json=ROW).json()
+    assert result["mask_sample"] is True and result["failure_kind"] == "transport_unreachable"
+
+
+def test_responses_is_not_offered(tmp_path):
+    assert agent(FakeClient(None)).post("/v1/responses", json={"input": "hi"}).status_code == 501

@@ -1,0 +1,358 @@
+"""One NeMo Gym rollout = one nemo_polar session: the row in, the `/run` result out.
+
+What the Gym servers in `gym/` delegate to (`responses_api_agents/polar_agent`,
+`resources_servers/polar`). No nemo_gym import here: this module runs in the project's Python 3.11
+environment too, and its results are plain dicts shaped as Gym 0.7.0's `BaseVerifyResponse`.
+
+Row -> task (`task_from_row`)
+    The instruction is the row's `polar.instruction`, else the text of the last user message of
+    `responses_create_params.input`. `polar` (optional) overrides the agent's defaults: harness,
+    runtime, builder, evaluator, fields, timeouts, task_id (a prefix: every rollout gets its own
+    id). `fields` defaults to the row without Gym's keys. `num_samples` is always 1: Gym and
+    NeMo-RL repeat the row themselves for the GRPO group.
+
+Session -> `/run` result (`rollout_result`)
+    The primary chain becomes `response.output` (token fields on each trained call's last item,
+    built by `nemo_polar.traces.export`); every other chain goes to a side file (see
+    `primary_chain` for the policy). The reward is the evaluator's, from the session result.
+
+Masking (`verdict`)
+    An infrastructure failure (the session did not complete, the node lost it, the evaluator could
+    not judge, no trainable tokens, the rollout server unreachable) is masked, never scored 0:
+    `mask_sample: true` (Gym 0.7.0's field) and `instance_config.mask_sample: true` (what NeMo-RL
+    main reads), `failure_kind` from Gym's vocabulary, `reward: 0.0` because Gym requires a float.
+    Its output is the one-token placeholder of `export.gym_masked_response`, since NeMo-RL rejects
+    a rollout without generation data before it reads the mask; the placeholder's first prompt
+    groups with no real task, so it stays out of the real group's baseline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from ..server.contracts import TERMINAL, SessionState, TaskSpec
+from ..traces.export import gym_masked_response, gym_output_items, gym_response, read_jsonl
+from ..traces.models import Trace
+
+log = logging.getLogger("nemo_polar.env.gym")
+
+# Row keys that are Gym's, not the task's: kept out of the task's `fields`.
+GYM_ROW_KEYS = ("responses_create_params", "agent_ref", "polar", "_ng_rollout_id")
+# `response.metadata` keys (strings only, as the Responses API allows) linking a rollout to its session.
+META_TASK, META_SESSION = "polar_task_id", "polar_session_id"
+
+
+class RolloutUnavailable(RuntimeError):
+    """The rollout server could not be reached, refused the task, or gave no result in time."""
+
+
+# --- row -> task --------------------------------------------------------------------------------
+def instruction_of(row: dict[str, Any]) -> str:
+    """`polar.instruction`, else the text of the last user message of `responses_create_params.input`."""
+    polar = row.get("polar") or {}
+    if polar.get("instruction"):
+        return str(polar["instruction"])
+    items = (row.get("responses_create_params") or {}).get("input") or []
+    if isinstance(items, str):
+        return items
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role", "user") == "user" and item.get("type", "message") == "message":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            parts = [p.get("text", "") for p in content or [] if isinstance(p, dict)]
+            if any(parts):
+                return "\n".join(p for p in parts if p)
+    raise ValueError("the row has no instruction: no polar.instruction and no user message in responses_create_params")
+
+
+def task_from_row(row: dict[str, Any], defaults: dict[str, Any]) -> TaskSpec:
+    """The one-sample task for a Gym row; `defaults` are the agent config's task keys."""
+    polar = dict(row.get("polar") or {})
+    spec = {k: v for k, v in defaults.items() if v is not None}
+    for key in ("harness", "runtime", "evaluator"):  # merged key by key: a row may set only runtime.repo
+        if isinstance(polar.get(key), dict):
+            spec[key] = {**(spec.get(key) or {}), **polar.pop(key)}
+    prefix = polar.pop("task_id", None) or "gym"
+    polar.pop("instruction", None)
+    spec.update(polar)
+    spec.setdefault("fields", {k: v for k, v in row.items() if k not in GYM_ROW_KEYS and not k.startswith("_ng_")})
+    params = row.get("responses_create_params") or {}
+    spec["metadata"] = {
+        **(spec.get("metadata") or {}),
+        "gym": {k: row[k] for k in ("_ng_task_index", "_ng_rollout_index", "_ng_rollout_id") if k in row},
+        # what NeMo-RL asked for; the node's proxy pins its own pair (backend.sampling), see the agent
+        "sampling": {k: params[k] for k in ("temperature", "top_p") if params.get(k) is not None},
+    }
+    spec.update(task_id=f"{prefix}-{uuid.uuid4().hex[:12]}", instruction=instruction_of(row), num_samples=1)
+    return TaskSpec.model_validate(spec)
+
+
+# --- the rollout server ---------------------------------------------------------------------------
+class RolloutClient:
+    """Submit one task and wait for its single session, by polling GET /tasks/{id}.
+
+    Polling, not the SSE stream: one GET per `poll_interval_s` per rollout is cheap for the
+    rollout server (a SQLite read) and survives its restarts without a resubscription dance.
+    """
+
+    def __init__(self, url: str, control_token: str | None = None, poll_interval_s: float = 1.0):
+        self.url = url.rstrip("/")
+        self.headers = {"x-polar-control-token": control_token} if control_token else {}
+        self.poll_interval_s = poll_interval_s
+        self._http: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            self._http = aiohttp.ClientSession(headers=self.headers, timeout=aiohttp.ClientTimeout(total=60))
+        return self._http
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    async def submit(self, task: TaskSpec) -> str:
+        try:
+            async with self._session().post(self.url + "/tasks", json=task.model_dump(mode="json")) as r:
+                body = await r.json(content_type=None)
+                if r.status >= 300:
+                    raise RolloutUnavailable(f"POST /tasks answered {r.status}: {body}")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RolloutUnavailable(f"rollout server {self.url} unreachable: {exc!r}") from exc
+        return body["task_id"]
+
+    async def task(self, task_id: str) -> dict[str, Any]:
+        async with self._session().get(f"{self.url}/tasks/{task_id}") as r:
+            body = await r.json(content_type=None)
+            if r.status >= 300:
+                raise RolloutUnavailable(f"GET /tasks/{task_id} answered {r.status}: {body}")
+            return body
+
+    async def wait(self, task_id: str, timeout_s: float) -> dict[str, Any]:
+        """The task's only session (with its `result`) once final. Transient errors are retried."""
+        deadline = time.monotonic() + timeout_s
+        delay, last_error = min(0.2, self.poll_interval_s), None
+        while time.monotonic() < deadline:
+            try:
+                body = await self.task(task_id)
+                sessions = body.get("sessions") or []
+                if sessions and SessionState(sessions[0]["state"]) in TERMINAL and sessions[0].get("result"):
+                    return sessions[0]
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                last_error = exc  # the server restarting: it keeps every task, so ask again
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.poll_interval_s)
+        raise RolloutUnavailable(f"task {task_id}: no final session within {timeout_s:.0f}s (last: {last_error!r})")
+
+    async def cancel(self, task_id: str) -> None:
+        try:
+            async with self._session().delete(f"{self.url}/tasks/{task_id}") as r:
+                await r.read()
+        except (aiohttp.ClientError, TimeoutError):
+            log.warning("could not cancel task %s", task_id)
+
+
+# --- session result -> reward, mask ----------------------------------------------------------------
+@dataclass
+class Verdict:
+    reward: float
+    mask_sample: bool = False
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+    reward_components: dict[str, float] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        """The top-level `/run` fields: Gym's, NeMo-RL's `instance_config`, components when scored."""
+        out: dict[str, Any] = {
+            "reward": self.reward,
+            "mask_sample": self.mask_sample,
+            "failure_kind": self.failure_kind,
+            "failure_reason": self.failure_reason,
+            "instance_config": {"mask_sample": self.mask_sample},
+        }
+        if self.reward_components and not self.mask_sample:
+            out["reward_components"] = dict(self.reward_components)
+        return out
+
+
+def masked(kind: str, reason: str) -> Verdict:
+    return Verdict(0.0, True, kind, reason[:2000])
+
+
+def verdict(session: dict[str, Any]) -> Verdict:
+    """The reward of a final session (GET /tasks/{id} shape), or why it is masked."""
+    result = session.get("result") or {}
+    state = SessionState(result.get("status") or session.get("state"))
+    error = str(result.get("error") or "")
+    if state is SessionState.TIMEOUT:
+        return masked("agent_timeout", error or "session timed out")
+    if state is SessionState.CANCELLED:
+        return masked("cancelled", error or "session cancelled")
+    if state is not SessionState.COMPLETED:
+        lost = "lost" in error or "restarted" in error
+        return masked("session_lost" if lost else "agent_run_error", error or f"session ended in {state.value}")
+    if result.get("masked") or result.get("reward") is None:
+        kind = "verifier_error" if "evaluation" in error else "agent_run_error"
+        return masked(kind, error or "the session result is masked")
+    reward = float(result["reward"])
+    if not math.isfinite(reward):
+        return masked("verifier_error", f"reward is {reward}")
+    components = {k: float(v) for k, v in (result.get("reward_components") or {}).items()}
+    if components and not math.isclose(sum(components.values()), reward, rel_tol=1e-5, abs_tol=1e-6):
+        return masked("verifier_error", f"reward_components {components} do not sum to reward {reward}")
+    return Verdict(reward, reward_components=components)
+
+
+# --- traces -> output -----------------------------------------------------------------------------
+def _root_seq(trace: Trace) -> int:
+    seq = trace.metadata.get("seq") or [0]
+    return int(seq[0])
+
+
+def _last_seq(trace: Trace) -> int:
+    seq = trace.metadata.get("seq") or [0]
+    return int(seq[-1])
+
+
+def primary_chain(traces: list[Trace]) -> int | None:
+    """The index of the chain that goes into `response.output`; None when no chain has trained tokens.
+
+    Policy: among the chains rooted at the session's first model call (the task's own first prompt,
+    which NeMo-RL uses as the GRPO grouping key: a chain rooted later, e.g. after a compaction or
+    in a sub-agent, starts from a prompt the other samples of the task do not share), the one with
+    the most trained tokens; ties go to the chain whose last call came latest (the continuation
+    the harness kept). Without trained tokens in those, none: the rollout is masked. Every other
+    chain is exported beside the result (`other_chains_path`), so nothing is dropped.
+    """
+    trained = [i for i, t in enumerate(traces) if t.trained_tokens > 0]
+    if not trained:
+        return None
+    first = min(_root_seq(traces[i]) for i in range(len(traces)))
+    rooted = [i for i in trained if _root_seq(traces[i]) == first]
+    if not rooted:
+        return None
+    return max(rooted, key=lambda i: (traces[i].trained_tokens, _last_seq(traces[i]), -i))
+
+
+@dataclass
+class RolloutOutput:
+    response: dict[str, Any]
+    polar: dict[str, Any]  # the `polar` block of the result: ids, chains, paths
+    metrics: dict[str, float | int]  # numeric top-level fields (NeMo-RL logs them per agent)
+    problem: Verdict | None = None  # set when the output itself forces a mask
+
+
+def rollout_output(
+    session: dict[str, Any],
+    *,
+    task_id: str,
+    model: str = "nemo_polar",
+    chains_dir: str | Path | None = None,
+) -> RolloutOutput:
+    """`response` (primary chain, or the masked placeholder) and the other chains' side file."""
+    result = session.get("result") or {}
+    session_id = session.get("session_id", "")
+    polar: dict[str, Any] = {"task_id": task_id, "session_id": session_id, "traces_path": result.get("traces_path")}
+    traces, problem = _load_traces(result.get("traces_path"))
+    primary = primary_chain(traces) if traces else None
+    if problem is None and primary is None:
+        problem = masked("polar:no_generation", f"session {session_id}: no chain rooted at its first call was trained")
+    others = [i for i in range(len(traces)) if i != primary]
+    polar.update(chains=len(traces), primary_chain=primary, other_chains=others, other_chains_path=None)
+    if others:
+        polar["other_chains_path"] = _write_other_chains(traces, others, result, session_id, chains_dir)
+    if primary is None:
+        response = gym_masked_response(model, response_id=f"resp_{session_id or task_id}")
+    else:
+        response = gym_response(traces[primary], None, model, response_id=f"resp_{session_id}")
+    response["metadata"] = {META_TASK: task_id, META_SESSION: session_id}
+    metrics = {
+        "polar_chains": len(traces),
+        "polar_trained_tokens": traces[primary].trained_tokens if primary is not None else 0,
+        "polar_untrained_chain_tokens": sum(traces[i].trained_tokens for i in others),
+    }
+    return RolloutOutput(response, polar, metrics, problem)
+
+
+def _load_traces(path: str | None) -> tuple[list[Trace], Verdict | None]:
+    if not path:
+        return [], None
+    try:
+        return read_jsonl(path), None
+    except FileNotFoundError:
+        # the node writes traces on its own disk: the agent must share it (as NeMo-RL's clusters do)
+        return [], masked("polar:traces_unreadable", f"{path} is not readable here (no shared file system?)")
+    except ValueError as exc:
+        return [], masked("polar:traces_invalid", str(exc))
+
+
+def _write_other_chains(
+    traces: list[Trace], others: list[int], result: dict[str, Any], session_id: str, chains_dir: str | Path | None
+) -> str:
+    """One line per non-primary chain: its index and its NeMo Gym output items (tokens only), so a
+    trainer that takes several traces per rollout can flatten each exactly like the primary."""
+    folder = Path(chains_dir) if chains_dir else Path(result["traces_path"]).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{session_id}.other_chains.jsonl"
+    lines = []
+    for i in others:
+        try:
+            output = gym_output_items(traces[i])
+        except ValueError:  # a chain whose spans are all trained elsewhere: tokens only, nothing to train
+            output = []
+        lines.append(json.dumps({"session_id": session_id, "trace_index": i, "output": output}, allow_nan=False))
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def rollout_result(
+    row: dict[str, Any],
+    session: dict[str, Any],
+    *,
+    task_id: str,
+    model: str = "nemo_polar",
+    chains_dir: str | Path | None = None,
+    judged: Verdict | None = None,
+) -> dict[str, Any]:
+    """The whole `/run` result: `judged` (the resources server's verdict) or the session's own."""
+    out = rollout_output(session, task_id=task_id, model=model, chains_dir=chains_dir)
+    return assemble(row, out, judged or verdict(session))
+
+
+def assemble(row: dict[str, Any], out: RolloutOutput, judged: Verdict) -> dict[str, Any]:
+    """The `/run` result from the output and the verdict; a problem with the output masks it (a masked
+    verdict keeps its own, more telling, failure kind)."""
+    final = judged if judged.mask_sample else (out.problem or judged)
+    return {
+        "responses_create_params": row.get("responses_create_params") or {"input": []},
+        "response": out.response,
+        **final.fields(),
+        **out.metrics,
+        "polar": out.polar,
+    }
+
+
+def unavailable_result(row: dict[str, Any], task_id: str, reason: str, model: str = "nemo_polar") -> dict[str, Any]:
+    """The rollout server could not run the task at all: masked, placeholder output."""
+    response = gym_masked_response(model, response_id=f"resp_{task_id}")
+    response["metadata"] = {META_TASK: task_id, META_SESSION: ""}
+    kind = "transport_unreachable" if "unreachable" in reason else "agent_request_failed"
+    return {
+        "responses_create_params": row.get("responses_create_params") or {"input": []},
+        "response": response,
+        **masked(kind, reason).fields(),
+        "polar_chains": 0,
+        "polar_trained_tokens": 0,
+        "polar_untrained_chain_tokens": 0,
+        "polar": {"task_id": task_id, "session_id": None, "traces_path": None, "chains": 0},
+    }
