@@ -120,3 +120,15 @@ def test_cli_prints_one_json_object_and_fails_on_errors(tmp_path):
     )
     report = json.loads(bad.stdout)
     assert bad.returncode == 1 and report["errors"][0]["key"] == "grpo.seed"
+
+
+def test_the_recipe_check_knows_every_key_of_the_gym_agent_config():
+    """recipes/check.py validates the agent section without NeMo Gym installed: it must not drift
+    from the agent's own config (gym/responses_api_agents/polar_agent)."""
+    import yaml
+
+    from nemo_polar.recipes.check import PolarAgentConfig
+
+    config = Path(__file__).resolve().parents[1] / "gym/responses_api_agents/polar_agent/configs/polar_agent.yaml"
+    agent = yaml.safe_load(config.read_text())["polar_agent"]["responses_api_agents"]["polar_agent"]
+    assert set(agent) - {"datasets"} <= set(PolarAgentConfig.model_fields)

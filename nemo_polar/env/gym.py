@@ -34,6 +34,7 @@ import logging
 import math
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,14 @@ def instruction_of(row: dict[str, Any]) -> str:
             if any(parts):
                 return "\n".join(p for p in parts if p)
     raise ValueError("the row has no instruction: no polar.instruction and no user message in responses_create_params")
+
+
+def pick_upstream(urls: list[str], task_id: str) -> str | None:
+    """One of the policy's inference servers for this task: the same for every call of the session
+    (its prefix cache stays warm), spread over the servers by the task id."""
+    if not urls:
+        return None
+    return urls[zlib.crc32(task_id.encode()) % len(urls)]
 
 
 def task_from_row(row: dict[str, Any], defaults: dict[str, Any]) -> TaskSpec:

@@ -135,7 +135,7 @@ class Proxy:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
                     return response
-                body = await self.upstream.post_json(self.backend.chat_url, call.upstream_body)
+                body = await self.upstream.post_json(self._chat_url(call), call.upstream_body)
                 completion = self.backend.parse_response(body)
             except PolarError as err:
                 self._record(call, None, err)
@@ -183,8 +183,17 @@ class Proxy:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def _chat_url(self, call: Call) -> str:
+        """A session opened with its own `upstream_url` (a task's inference server) goes there."""
+        url = call.session.metadata.get("upstream_url")
+        return self.backend.chat_url if not url else url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
+
+    def _info(self, call: Call) -> UpstreamInfo:
+        url = call.session.metadata.get("upstream_url")
+        return self.info if not url else self.info.model_copy(update={"url": url})
+
     async def _open_relay(self, call: Call) -> Response:
-        opened = self.upstream.open_stream(self.backend.chat_url, call.upstream_body)
+        opened = self.upstream.open_stream(self._chat_url(call), call.upstream_body)
         chunks = await opened.__aenter__()  # raises here if the upstream refuses: a plain error response
         relay = Relay(self, call, opened, chunks)
         return RelayResponse(relay, relay.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
@@ -221,7 +230,7 @@ class Proxy:
                 usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
                 if c
                 else {},
-                upstream=self.info,
+                upstream=self._info(call),
                 status=status or (err.kind if err else "ok"),
                 error=error or (err.message if err else None),
             )

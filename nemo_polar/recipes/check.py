@@ -32,6 +32,11 @@ SAMPLE_OVERRIDES = [
 ]
 
 
+class ResourcesServerRef(Strict):
+    type: Literal["resources_servers"] = "resources_servers"
+    name: str = "polar_resources"
+
+
 class ModelServerRef(Strict):
     type: Literal["responses_api_models"] = "responses_api_models"
     name: str = "policy_model"
@@ -52,6 +57,12 @@ class PolarAgentConfig(Strict):
     session_timeout_s: float = Field(2400, gt=0)
     agent_timeout_s: float = Field(1800, gt=0)
     model_server: ModelServerRef = ModelServerRef()
+    resources_server: ResourcesServerRef | None = None
+    upstream_key: str | None = "policy_base_url"
+    poll_interval_s: float = Field(1.0, gt=0)
+    wait_grace_s: float = Field(120.0, ge=0)
+    chains_dir: str | None = None
+    concurrency: int = Field(512, ge=1)
 
     @field_validator("runtime")
     @classmethod

@@ -97,6 +97,9 @@ class TaskSpec(Strict):
     agent_timeout_s: float = Field(1200, gt=0, description="the harness's own run; time in READY does not count")
     early_stop_k: int | None = Field(None, ge=1, description="cancel stragglers once k sessions are done")
     callback_url: str | None = Field(None, description="POSTed the task result when every session is final")
+    upstream_url: str | None = Field(
+        None, description="this task's inference server instead of the node's (NeMo-RL's vLLM, known at run time)"
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -151,3 +151,11 @@ def test_the_servers_gym_style_tests_pass_in_the_gym_environment(server):
         timeout=300,
     )
     assert done.returncode == 0 and " passed" in done.stdout and "failed" not in done.stdout, done.stdout[-3000:]
+
+
+def test_each_task_keeps_one_of_the_policys_servers():
+    urls = [f"http://gpu-{i}:8000/v1" for i in range(4)]
+    picks = {t: polar_gym.pick_upstream(urls, t) for t in (f"task-{n}" for n in range(64))}
+    assert all(polar_gym.pick_upstream(urls, t) == u for t, u in picks.items())  # stable per task
+    assert set(picks.values()) == set(urls)  # and spread over the servers
+    assert polar_gym.pick_upstream([], "task-0") is None

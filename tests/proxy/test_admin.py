@@ -74,3 +74,21 @@ def test_pause_drains_and_holds_new_calls_until_resume(tmp_path):
         held.join(5)
         assert done and done[0].choices[0].message.content
         slow.join(5)
+
+
+def test_a_session_opened_with_its_own_upstream_is_sent_there(fake_upstream, tmp_path):
+    """A task may name its inference server (NeMo-RL's vLLM, known at run time): that session's calls
+    go there, streaming or not, and its records say so; other sessions keep the proxy's upstream."""
+    from nemo_polar.bench.fake_upstream import FakeUpstreamThread
+
+    with FakeUpstreamThread() as other, make_proxy(fake_upstream.url, tmp_path) as p:
+        mine = p.proxy.sessions.open(metadata={"upstream_url": other.url + "/v1"})
+        plain = p.proxy.sessions.open()
+        for key in (mine.api_key, plain.api_key):
+            client = openai.OpenAI(base_url=p.url + "/v1", api_key=key, max_retries=0)
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "s"}], stream=True))
+        p.proxy.store.flush()
+        assert {r.upstream.url for r in p.proxy.store.records(mine.id)} == {other.url + "/v1"}
+        assert {r.upstream.url for r in p.proxy.store.records(plain.id)} == {fake_upstream.url}
+        assert len(other.fake.requests) == 2 and len(fake_upstream.fake.requests) == 2

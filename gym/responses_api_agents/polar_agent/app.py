@@ -37,9 +37,13 @@ class PolarAgentConfig(BaseResponsesAPIAgentConfig):
     rollout_url: str
     control_token: str | None = None
     resources_server: ResourcesServerRef | None = None
-    # The policy as Gym serves it (NeMo-RL: `policy_model`); passed to the task as metadata only:
-    # the gateway node's proxy is configured with its upstream (and sampling pair) on its own.
+    # The policy as Gym serves it (NeMo-RL: `policy_model`); passed to the task as metadata.
     model_server: ModelServerRef | None = None
+    # The global-config key holding the policy's inference servers. NeMo-RL sets `policy_base_url`
+    # to its vLLM HTTP servers (one per DP rank), known only once it runs: each task names one of
+    # them (stable per task), and the node's proxy sends that session's calls there. Absent: the
+    # nodes' own upstream.
+    upstream_key: str | None = "policy_base_url"
     # Task defaults; a row's `polar` block overrides them key by key.
     harness: dict[str, Any] = {"name": "pi", "max_steps": 20}
     runtime: dict[str, Any] = {}
@@ -90,6 +94,11 @@ class PolarAgent(SimpleResponsesAPIAgent):
             "metadata": {"policy_model": c.model_server.name} if c.model_server else {},
         }
 
+    def _upstreams(self) -> list[str]:
+        key = self.config.upstream_key
+        value = self.server_client.global_config_dict.get(key) if key else None
+        return [value] if isinstance(value, str) else [str(v) for v in value or []]
+
     def _check_sampling(self, row: dict[str, Any]) -> None:
         pinned = (self.config.backend or {}).get("sampling") or {}
         params = row.get("responses_create_params") or {}
@@ -112,6 +121,7 @@ class PolarAgent(SimpleResponsesAPIAgent):
         except ValueError as exc:  # a malformed row: the task cannot even be stated
             return polar_gym.unavailable_result(row, "invalid-row", f"invalid row: {exc}")
         self._check_sampling(row)
+        task.upstream_url = polar_gym.pick_upstream(self._upstreams(), task.task_id)
         cookies = await self._seed(request, row)
         try:
             await self._client.submit(task)

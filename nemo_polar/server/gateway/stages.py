@@ -78,7 +78,10 @@ class HarnessStages:
         spec = req.task.runtime
         work.runtime = make_runtime(spec, self.root, session.session_id, self.proxy_url)
         await work.runtime.start()
-        opened = self.proxy.sessions.open(metadata={"task_id": req.task.task_id, "sample": req.sample_index})
+        metadata = {"task_id": req.task.task_id, "sample": req.sample_index}
+        if req.task.upstream_url:
+            metadata["upstream_url"] = req.task.upstream_url
+        opened = self.proxy.sessions.open(metadata=metadata)
         work.api_key = opened.api_key
         work.log["proxy_session"] = opened.id
 
