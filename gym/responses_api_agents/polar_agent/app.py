@@ -96,7 +96,8 @@ class PolarAgent(SimpleResponsesAPIAgent):
 
     def _upstreams(self) -> list[str]:
         key = self.config.upstream_key
-        value = self.server_client.global_config_dict.get(key) if key else None
+        config = getattr(self.server_client, "global_config_dict", None) or {}  # absent in Gym's test mocks
+        value = config.get(key) if key else None
         return [value] if isinstance(value, str) else [str(v) for v in value or []]
 
     def _check_sampling(self, row: dict[str, Any]) -> None:
