@@ -82,11 +82,14 @@ def session(tmp_path: Path, traces, status="completed", reward=1.0, masked=False
     return {"session_id": "s1", "state": status, "result": result}
 
 
-def agent(client) -> TestClient:
+def agent(client, global_config=None) -> TestClient:
     config = PolarAgentConfig(
         host="127.0.0.1", port=8080, entrypoint="", name="polar_agent", rollout_url="http://x", skip_verification=True
     )
-    server = PolarAgent(config=config, server_client=MagicMock(spec=ServerClient))
+    server_client = MagicMock(spec=ServerClient)
+    if global_config is not None:
+        server_client.global_config_dict = global_config
+    server = PolarAgent(config=config, server_client=server_client)
     server._client = client
     return TestClient(server.setup_webserver())
 
@@ -137,3 +140,13 @@ def test_an_unreachable_rollout_server_is_masked(tmp_path):
 
 def test_responses_is_not_offered(tmp_path):
     assert agent(FakeClient(None)).post("/v1/responses", json={"input": "hi"}).status_code == 501
+
+
+def test_each_task_is_sent_to_one_of_the_policys_servers(tmp_path):
+    """NeMo-RL puts its vLLM servers in the global config (`policy_base_url`): the task names one."""
+    urls = ["http://10.0.0.1:3001/v1", "http://10.0.0.2:3002/v1"]
+    fake = FakeClient(session(tmp_path, [chain([1, 2], [[3]])]))
+    agent(fake, {"policy_base_url": urls}).post("/run", json=ROW)
+    agent(fake, {}).post("/run", json=ROW)
+    with_servers, without = fake.tasks
+    assert with_servers.upstream_url in urls and without.upstream_url is None
