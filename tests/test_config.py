@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from pydantic import ValidationError
 
 from nemo_polar.config import ProxyConfig, load
 from nemo_polar.errors import ConfigError
@@ -135,6 +136,10 @@ def test_every_group_option_validates(group, model):
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         if group == "runtime" and data.get("kind") != "local" and not data.get("image"):
             data["image"] = "example:latest"  # required on the command line
+        if group == "harness" and data["name"] == "shell":
+            with pytest.raises(ValidationError, match="needs `command`"):
+                cls.model_validate(data)  # required on the command line too
+            data["command"] = "true"
         cls.model_validate(data)
         if group == "evaluator":
             from nemo_polar.evaluators import evaluator_class
