@@ -66,8 +66,9 @@ class BackendConfig(Strict):
 
 # Root sections that only feed others by interpolation: validated, then removed before the model sees them.
 SELECTORS: dict[str, type[BaseModel]] = {"backend": BackendConfig}
-# Groups whose name is also a plain value key: `dataset=rows.jsonl` (not an option) means `dataset.path=rows.jsonl`.
-VALUE_GROUPS: dict[str, str] = {"dataset": "path"}
+# Groups that also take a plain value: `dataset=rows.jsonl` (not an option) means the option `file`
+# with `path=rows.jsonl`.
+VALUE_GROUPS: dict[str, tuple[str, str]] = {"dataset": ("file", "path")}
 # A group placed at the root of a primary config (`proxy@_here_` in proxy.yaml) is overridden as `proxy=...`.
 ROOT_GROUPS: dict[str, tuple[str, ...]] = {"proxy": ("proxy",)}
 
@@ -91,8 +92,10 @@ def rewrite(config_name: str, overrides: list[str]) -> list[str]:
     for item in overrides:
         key, sep, value = item.partition("=")
         if sep and key in VALUE_GROUPS and value and not _is_option(key, value):
-            item = f"{key}.{VALUE_GROUPS[key]}={value}"
-        elif sep and key in ROOT_GROUPS.get(config_name, ()):
+            option, field = VALUE_GROUPS[key]
+            out += [f"{key}={option}", f"{key}.{field}={value}"]
+            continue
+        if sep and key in ROOT_GROUPS.get(config_name, ()):
             item = f"{key}@_global_={value}"
         out.append(item)
     return out

