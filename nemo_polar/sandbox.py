@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,6 +24,16 @@ BWRAP_HOST = "--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp".split()
 
 def bwrap() -> str | None:
     return shutil.which("bwrap")
+
+
+def _hidden_by_tmp() -> list[str]:
+    """Host folders a sandboxed command needs (this Python, the checkout with its tools) that the
+    sandbox's private /tmp would hide when they live under /tmp: bound back, read-only."""
+    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[1]}
+    if os.environ.get("POLAR_DEPS"):
+        needed.add(Path(os.environ["POLAR_DEPS"]))
+    found = sorted({str(p.resolve()) for p in needed if p.resolve().is_relative_to("/tmp") and p.exists()})
+    return [p for p in found if not any(p.startswith(q + "/") for q in found)]  # outermost only
 
 
 def bwrap_argv(
@@ -39,6 +50,8 @@ def bwrap_argv(
     must stay in the process group we kill; it has no controlling terminal anyway
     (start_new_session), so there is no tty to hijack."""
     args: list[str] = []
+    for path in _hidden_by_tmp():
+        args += ["--ro-bind", path, path]
     for bind in writable:
         host, inside = bind if isinstance(bind, tuple) else (bind, bind)
         args += ["--bind", str(host), str(inside)]

@@ -148,3 +148,26 @@ def test_every_sandboxed_session_sees_the_same_paths(tmp_path):
     assert rc_a == rc_b == 0 and host_a != host_b
     assert seen_a == seen_b == "/tmp/polar/work\n/tmp/polar/home\n"
     assert wrote_a == "x\n"  # and the fixed path is the session's own folder on the host
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
+def test_tools_under_tmp_stay_visible_in_the_sandbox(tmp_path, monkeypatch):
+    """The sandbox's /tmp is private; a checkout (or POLAR_DEPS) under /tmp is bound back read-only."""
+    deps = tmp_path / "deps"
+    (deps / "bin").mkdir(parents=True)
+    tool = deps / "bin" / "tool"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("POLAR_DEPS", str(deps))
+
+    async def body():
+        rt = LocalRuntime(tmp_path / "sessions", session_id="t")
+        await rt.start()
+        try:
+            return await rt.exec([str(tool)]), await rt.exec(["sh", "-c", f"echo x > {deps}/w"])
+        finally:
+            await rt.stop()
+
+    (rc, out, err), (rc_write, _, _) = asyncio.run(body())
+    assert rc == 0 and out == "tool ran\n", err
+    assert rc_write != 0 and not (deps / "w").exists()  # visible, never writable
