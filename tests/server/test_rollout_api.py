@@ -394,3 +394,16 @@ def _registers_again(srv, client):
     sessions = {s["session_id"]: s for s in client.get("/tasks/re").json()["sessions"]}
     assert sessions[ids[0]]["state"] == "error" and sessions[ids[0]]["result"]["error"] == "node restarted"
     assert sessions[ids[1]]["state"] == "registered"  # never started: dispatched again
+
+
+def test_a_session_lost_to_silence_is_stopped_on_its_node_too(client):
+    """Heartbeats stopped (a node too busy, or cut off): its running session ends masked here, and the
+    node is told to stop it rather than run a harness whose result would be ignored."""
+    with FakeNode() as node:
+        client.post("/nodes", json=NODE | {"url": node.thread.url, "heartbeat_s": 0.1}).raise_for_status()
+        (sid,) = submit(client, task_id="quiet")["session_ids"]
+        node.wait("POST", "/sessions", 1)
+        client.post("/callbacks/session_state", json={"session_id": sid, "state": "running", "node_id": "n1"})
+        assert node.wait("DELETE", "/sessions/", 1) == [f"/sessions/{sid}"]
+    (s,) = client.get("/tasks/quiet").json()["sessions"]
+    assert s["state"] == "error" and s["result"]["masked"] and "node lost" in s["result"]["error"]

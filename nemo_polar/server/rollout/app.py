@@ -519,6 +519,7 @@ class RolloutServer:
                 self._task_finished(s.task_id)
         for s in changed:
             self._emit_session(s, cause)
+        self._stop_on_nodes([s for s in fail if s.node_id])  # a node that is only slow stops them too
         return changed
 
     def expire_overdue(self) -> list[SessionRow]:
