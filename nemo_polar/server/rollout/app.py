@@ -462,8 +462,8 @@ class RolloutServer:
         return batch[0] if batch else None
 
     def next_dispatches(self, limit: int) -> list[Dispatch]:
-        """Up to `limit` waiting sessions, each placed on the least loaded node as the batch fills them."""
-        self.reap_stale()
+        """Up to `limit` waiting sessions, each placed on the least loaded node as the batch fills them.
+        Stale nodes get none (`scheduler.pick`); their sessions are the reaper's (`reap_stale`)."""
         with self._lock:
             waiting = self.store.waiting(limit)
             nodes, now, plan = self.store.nodes(), time.time(), []
