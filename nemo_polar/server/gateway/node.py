@@ -91,6 +91,7 @@ class GatewayNode:
         headers = {"x-polar-control-token": config.control_token} if config.control_token else {}
         self.http = httpx.AsyncClient(base_url=config.rollout_url, timeout=10.0, headers=headers)
         self._tasks: set[asyncio.Task] = set()
+        self._delivering: set[str] = set()  # outbox files whose first delivery is under way
         routes = [
             Route("/sessions", self.dispatch, methods=["POST"]),
             Route("/sessions/{session_id}", self.status, methods=["GET"]),
@@ -176,12 +177,19 @@ class GatewayNode:
         path = self.outbox / f"{result.session_id}.json"
         await asyncio.to_thread(_write_atomic, path, result.model_dump_json())
         self.sessions.pop(result.session_id, None)
-        if await self._post("/callbacks/session_result", result.model_dump(mode="json"), self.config.result_attempts):
-            path.unlink(missing_ok=True)
-        # else it stays in the outbox: the heartbeat loop sends it again
+        self._delivering.add(path.name)
+        try:
+            body = result.model_dump(mode="json")
+            if await self._post("/callbacks/session_result", body, self.config.result_attempts):
+                path.unlink(missing_ok=True)
+            # else it stays in the outbox: the heartbeat loop sends it again
+        finally:
+            self._delivering.discard(path.name)
 
     async def _flush_outbox(self) -> None:
         for path in sorted(self.outbox.glob("*.json")):
+            if path.name in self._delivering:  # its own delivery is still trying: not twice at once
+                continue
             if not await self._post("/callbacks/session_result", orjson.loads(path.read_bytes()), attempts=1):
                 return  # the server is still away: the next heartbeat tries again
             path.unlink(missing_ok=True)
