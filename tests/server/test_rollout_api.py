@@ -218,39 +218,50 @@ def test_early_stop_cancels_stragglers(client):
     assert task["status"] == "completed" and task["counts"] == {"completed": 2, "cancelled": 2}
 
 
-class Receiver:
-    """A tiny HTTP server that keeps what is POSTed to it."""
+class FakeNode:
+    """Answers every request 2xx and records it: what the rollout server asks of a node, or posts
+    to a trainer's callback URL."""
 
     def __init__(self) -> None:
-        self.got: list[dict] = []
-        app = Starlette(routes=[Route("/done", self.done, methods=["POST"])])
-        self.thread = ServerThread(app, "127.0.0.1", free_port(), "receiver")
+        self.got: list[tuple[str, str]] = []
+        self.bodies: dict[str, list] = {}
+        app = Starlette(routes=[Route("/{path:path}", self.any, methods=["GET", "POST", "DELETE"])])
+        self.thread = ServerThread(app, "127.0.0.1", free_port(), "fake-node")
 
-    async def done(self, request: Request) -> JSONResponse:
-        self.got.append(orjson.loads(await request.body()))
-        return JSONResponse({})
+    async def any(self, request: Request) -> JSONResponse:
+        self.got.append((request.method, request.url.path))
+        if body := await request.body():
+            self.bodies.setdefault(request.url.path, []).append(orjson.loads(body))
+        return JSONResponse({"paused": request.url.path.endswith("pause")}, 202 if request.method == "POST" else 200)
 
-    def __enter__(self) -> str:
+    def __enter__(self) -> FakeNode:
         self.thread.start()
-        return self.thread.url + "/done"
+        return self
 
     def __exit__(self, *exc) -> None:
         self.thread.stop(5)
 
+    def wait(self, method: str, prefix: str, n: int) -> list[str]:
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            paths = [p for m, p in self.got if m == method and p.startswith(prefix)]
+            if len(paths) >= n:
+                return paths
+            time.sleep(0.02)
+        raise AssertionError(f"{self.got} has fewer than {n} {method} {prefix}")
+
 
 def test_callback_url_gets_the_task_result_once(client):
-    rx = Receiver()
-    with rx as url:
+    with FakeNode() as rx:
+        url = rx.thread.url + "/done"
         ids = submit(client, task_id="cb", num_samples=2, callback_url=url)["session_ids"]
         for sid in ids:
             finish(client, "cb", sid)
         finish(client, "cb", ids[0])  # a duplicate does not post again
-        deadline = time.time() + 5
-        while not rx.got and time.time() < deadline:
-            time.sleep(0.02)
+        rx.wait("POST", "/done", 1)
         time.sleep(0.2)
-    assert len(rx.got) == 1
-    assert rx.got[0]["task_id"] == "cb" and rx.got[0]["counts"] == {"completed": 2}
+    (got,) = rx.bodies["/done"]
+    assert got["task_id"] == "cb" and got["counts"] == {"completed": 2}
 
 
 def test_events_stream_state_changes(srv, client):
@@ -315,35 +326,6 @@ def test_silent_session_times_out(tmp_path):
             time.sleep(0.05)
         (s,) = c.get("/tasks/slow").json()["sessions"]
         assert s["state"] == "timeout" and s["result"]["masked"] is True
-
-
-class FakeNode:
-    """Answers every request 2xx and records it: what the rollout server asks of a node."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[str, str]] = []
-        app = Starlette(routes=[Route("/{path:path}", self.any, methods=["GET", "POST", "DELETE"])])
-        self.thread = ServerThread(app, "127.0.0.1", free_port(), "fake-node")
-
-    async def any(self, request: Request) -> JSONResponse:
-        self.got.append((request.method, request.url.path))
-        return JSONResponse({"paused": request.url.path.endswith("pause")}, 202 if request.method == "POST" else 200)
-
-    def __enter__(self) -> FakeNode:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.thread.stop(5)
-
-    def wait(self, method: str, prefix: str, n: int) -> list[str]:
-        deadline = time.time() + 5
-        while time.time() < deadline:
-            paths = [p for m, p in self.got if m == method and p.startswith(prefix)]
-            if len(paths) >= n:
-                return paths
-            time.sleep(0.02)
-        raise AssertionError(f"{self.got} has fewer than {n} {method} {prefix}")
 
 
 def test_cancel_and_early_stop_stop_the_sessions_on_their_node(client):
