@@ -30,7 +30,11 @@ class Strict(BaseModel):
 class UpstreamConfig(Strict):
     url: str = "http://127.0.0.1:8801"
     engine: Literal["vllm", "sglang", "nemo_rl"] = "vllm"
-    model: str = Field("tiny", description="the served model name every call is sent to")
+    model: str | None = Field(
+        None,
+        description="the name the server serves the policy under; null: the session's own (a task's "
+        "upstream_model, e.g. NeMo-RL's policy.model_name), else the first model the server's /v1/models lists",
+    )
     timeout_s: float = Field(900.0, gt=0)
     connect_timeout_s: float = Field(10.0, gt=0)
     sampling: dict[str, float | int] = Field(default_factory=dict, description="pinned, overrides the harness")

@@ -70,6 +70,9 @@ class Session(BaseModel):
     api_key: str
     created_at: float
     metadata: dict[str, Any] = Field(default_factory=dict)
+    upstream_url: str | None = Field(None, description="this session's own inference server (a task's)")
+    upstream_model: str | None = Field(None, description="the name that server serves the policy under")
+    max_tokens: int | None = Field(None, description="cap on each call's sampled tokens (the task's)")
 
 
 class RecordStore(Protocol):

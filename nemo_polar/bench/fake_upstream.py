@@ -38,14 +38,23 @@ def _prompt_ids(body: dict[str, Any]) -> list[int]:
 
 
 class FakeUpstream:
-    def __init__(self, engine: str = "vllm", tokens: int = 16, token_delay_s: float = 0.0, keep: int = 256):
+    def __init__(
+        self,
+        engine: str = "vllm",
+        tokens: int = 16,
+        token_delay_s: float = 0.0,
+        keep: int = 256,
+        served_model: str = "fake-policy",
+    ):
         self.engine = engine
+        self.served_model = served_model  # like vLLM, any other model name is a 404
         self.tokens = tokens
         self.token_delay_s = token_delay_s
         self.requests: deque[dict[str, Any]] = deque(maxlen=keep)
         self.app = web.Application(client_max_size=256 * 2**20)
         self.app.router.add_post("/v1/chat/completions", self.chat)
         self.app.router.add_get("/health", self.health)
+        self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_get("/_requests", self.list_requests)
         self.runner: web.AppRunner | None = None
         self.port = 0
@@ -65,12 +74,18 @@ class FakeUpstream:
     async def health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.served_model, "object": "model"}]})
+
     async def list_requests(self, request: web.Request) -> web.Response:
         return web.Response(body=orjson.dumps(list(self.requests)), content_type="application/json")
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         self.requests.append(body)
+        if body.get("model") != self.served_model:
+            message = f"The model `{body.get('model')}` does not exist."
+            return web.json_response({"error": {"message": message, "type": "NotFoundError", "code": 404}}, status=404)
         fault = _fault(body)
         if fault == "http500":
             return web.json_response(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -23,7 +24,7 @@ from starlette.routing import Route
 
 from ..chat import ChatRequest, Completion, Delta, ToolCallDelta
 from ..config import ProxyConfig
-from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute
+from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute, problems
 from ..records import CompletionRecord, Session, UpstreamInfo
 from ..serving import json_response
 from ..store import SqliteStore
@@ -66,6 +67,17 @@ def redact(body: dict[str, Any] | None, raw: bytes, secret: str) -> dict[str, An
     return orjson.loads(orjson.dumps(body).replace(secret.encode(), b"[redacted]"))
 
 
+class SessionOpening(BaseModel):
+    """`POST /admin/sessions`: a capture session, optionally with its own inference server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    upstream_url: str | None = None
+    upstream_model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+
+
 @dataclass(slots=True)
 class Call:
     """One harness call in flight."""
@@ -77,6 +89,7 @@ class Call:
     request: ChatRequest
     seq: int
     started_at: float = field(default_factory=time.time)
+    target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
     upstream_body: dict[str, Any] | None = None
     first_token_at: float | None = None
 
@@ -87,10 +100,11 @@ class Proxy:
         self.store = store or SqliteStore(config.store.path)
         self.sessions = Sessions(self.store)
         up = config.upstream
-        self.backend = BACKENDS[up.engine](up.url, up.model, up.sampling)
+        self.backend = BACKENDS[up.engine](up.sampling)
         self.upstream = Upstream(up.timeout_s, up.connect_timeout_s)
         self.gate = GenerationGate(config.pause_wait_s)
-        self.info = UpstreamInfo(engine=up.engine, url=up.url, model=up.model, policy_version=up.policy_version)
+        self.info = UpstreamInfo(engine=up.engine, url=base_url(up.url), model=up.model or "", policy_version=up.policy_version)
+        self._targets: dict[tuple[str, str], UpstreamInfo] = {}
         self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
 
     @asynccontextmanager
@@ -130,7 +144,8 @@ class Proxy:
                 return error_response(dialect, err)
             streaming = False
             try:
-                call.upstream_body = self.backend.build_body(call.request, self._splices(call))
+                call.target = await self._target(call.session)
+                call.upstream_body = self.backend.build_body(call.request, self._splices(call), call.target.model)
                 if call.request.stream and self.backend.streams:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
@@ -165,9 +180,9 @@ class Proxy:
         native = _json(raw)
         params = dict(request.path_params) | {"path": request.url.path}
         chat = dialect.parse_request(native, params, dict(request.query_params))
-        cap = self.config.limits.max_tokens
-        if cap is not None:
-            chat.max_tokens = min(chat.max_tokens or cap, cap)
+        for cap in (self.config.limits.max_tokens, session.max_tokens):
+            if cap is not None:
+                chat.max_tokens = min(chat.max_tokens or cap, cap)
         return Call(session, dialect, native, raw, chat, self.sessions.next_seq(session.id))
 
     async def _read_body(self, request: Request) -> bytes:
@@ -183,14 +198,24 @@ class Proxy:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def _chat_url(self, call: Call) -> str:
-        """A session opened with its own `upstream_url` (a task's inference server) goes there."""
-        url = call.session.metadata.get("upstream_url")
-        return self.backend.chat_url if not url else url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
+    async def _target(self, session: Session) -> UpstreamInfo:
+        """Where a session's calls go, under which model name. A session opened with its own
+        `upstream_url` (a task's inference server) goes there; the name is the session's
+        `upstream_model`, else the configured one (for the configured server only), else the first
+        model that server lists: never a name the server does not serve."""
+        url = base_url(session.upstream_url) if session.upstream_url else self.info.url
+        model = session.upstream_model or (self.info.model if url == self.info.url else None)
+        if not model:
+            model = await self.upstream.served_model(url)
+        target = self._targets.get((url, model))
+        if target is None:
+            target = self._targets[(url, model)] = self.info.model_copy(update={"url": url, "model": model})
+        return target
 
-    def _info(self, call: Call) -> UpstreamInfo:
-        url = call.session.metadata.get("upstream_url")
-        return self.info if not url else self.info.model_copy(update={"url": url})
+    @staticmethod
+    def _chat_url(call: Call) -> str:
+        assert call.target is not None
+        return call.target.url + "/v1/chat/completions"
 
     async def _open_relay(self, call: Call) -> Response:
         opened = self.upstream.open_stream(self._chat_url(call), call.upstream_body)
@@ -230,7 +255,7 @@ class Proxy:
                 usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
                 if c
                 else {},
-                upstream=self._info(call),
+                upstream=call.target or self.info,
                 status=status or (err.kind if err else "ok"),
                 error=error or (err.message if err else None),
             )
@@ -241,12 +266,16 @@ class Proxy:
         return json_response({"status": "ok", "service": "nemo_polar-proxy", "engine": self.info.engine})
 
     async def models(self, request: Request) -> Response:
+        try:  # the name the server serves; harnesses may ask for any name, every call goes to that one
+            name = self.info.model or await self.upstream.served_model(self.info.url)
+        except PolarError:
+            name = "polar"
         model = {
-            "id": self.info.model,
+            "id": name,
             "object": "model",
             "type": "model",
             "owned_by": "nemo_polar",
-            "display_name": self.info.model,
+            "display_name": name,
             "created": 0,
             "created_at": "1970-01-01T00:00:00Z",
         }
@@ -275,10 +304,11 @@ class Proxy:
     @_admin
     async def open_session(self, request: Request) -> Response:
         raw = await self._read_body(request)
-        body = _json(raw) if raw else {}
-        if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
-            raise RequestInvalid("body must be a JSON object with an optional 'metadata' object")
-        session = self.sessions.open(metadata=body.get("metadata"))
+        try:
+            opening = SessionOpening.model_validate(_json(raw) if raw else {})
+        except ValidationError as exc:
+            raise RequestInvalid("; ".join(problems(exc))) from None
+        session = self.sessions.open(**opening.model_dump())
         return json_response({"session_id": session.id, "api_key": session.api_key}, 201)
 
     @_admin
@@ -375,6 +405,11 @@ class RelayResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.relay.close()
+
+
+def base_url(url: str) -> str:
+    """An inference server's address without a trailing `/v1` (NeMo-RL hands out `.../v1`)."""
+    return url.rstrip("/").removesuffix("/v1")
 
 
 def _json(raw: bytes) -> Any:

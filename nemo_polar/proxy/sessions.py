@@ -28,9 +28,14 @@ class Sessions:
         self._seq: dict[str, int] = {}
         self._splices: dict[str, SpliceIndex] = {}
 
-    def open(self, session_id: str | None = None, metadata: dict[str, Any] | None = None) -> Session:
+    def open(self, session_id: str | None = None, metadata: dict[str, Any] | None = None, **route: Any) -> Session:
+        """A new session; `route` holds its own `upstream_url`, `upstream_model` and `max_tokens`."""
         session = Session(
-            id=session_id or uuid.uuid4().hex, api_key=new_key(), created_at=time.time(), metadata=metadata or {}
+            id=session_id or uuid.uuid4().hex,
+            api_key=new_key(),
+            created_at=time.time(),
+            metadata=metadata or {},
+            **route,
         )
         self.store.add_session(session)
         self._by_key[session.api_key] = session

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -9,7 +10,14 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..errors import ContextOverflow, InvalidUpstream, UpstreamError, UpstreamTimeout, UpstreamUnreachable
+from ..errors import (
+    ContextOverflow,
+    InvalidUpstream,
+    PolarError,
+    UpstreamError,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 
 _OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_model_len", "exceeds the model")
 
@@ -35,6 +43,7 @@ class Upstream:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._served: dict[str, asyncio.Future[str]] = {}
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -46,6 +55,30 @@ class Upstream:
                 json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
+
+    async def served_model(self, url: str) -> str:
+        """The first model `url`'s `/v1/models` lists, asked once per server (concurrent askers share it)."""
+        asked = self._served.get(url)
+        if asked is None:
+            asked = self._served[url] = asyncio.ensure_future(self._first_model(url))
+        try:
+            return await asyncio.shield(asked)
+        except PolarError:
+            self._served.pop(url, None)  # ask again next time: the server may have been starting
+            raise
+
+    async def _first_model(self, url: str) -> str:
+        async with self._errors():
+            async with self.session.get(url + "/v1/models") as resp:
+                text = await resp.read()
+                if resp.status >= 400:
+                    raise upstream_error(resp.status, text.decode(errors="replace"))
+        try:
+            return str(orjson.loads(text)["data"][0]["id"])
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise InvalidUpstream(
+                f"{url}/v1/models names no model ({text[:200]!r}): set upstream.model to the served name"
+            ) from None
 
     async def close(self) -> None:
         if self._session is not None:

@@ -100,6 +100,12 @@ class TaskSpec(Strict):
     upstream_url: str | None = Field(
         None, description="this task's inference server instead of the node's (NeMo-RL's vLLM, known at run time)"
     )
+    upstream_model: str | None = Field(
+        None, description="the name that server serves the policy under (NeMo-RL: policy.model_name)"
+    )
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="cap on each model call's sampled tokens (NeMo-RL writes it into every row)"
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 

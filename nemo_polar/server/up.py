@@ -138,7 +138,7 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
         if cfg.vllm.start:
             with console.status(f"starting vLLM on {cfg.vllm.model} (about a minute on CPU)"):
                 vllm.start(cfg.vllm.timeout_s)
-            upstream = proxy_cfg.upstream.model_copy(update={"url": vllm.url, "model": vllm.served_name})
+            upstream = proxy_cfg.upstream.model_copy(update={"url": vllm.url})  # the name: from /v1/models
             proxy_cfg = proxy_cfg.model_copy(update={"upstream": upstream})
         summary = _run(cfg, specs, proxy_cfg, run_dir, console)
     finally:

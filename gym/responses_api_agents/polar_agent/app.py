@@ -44,6 +44,9 @@ class PolarAgentConfig(BaseResponsesAPIAgentConfig):
     # them (stable per task), and the node's proxy sends that session's calls there. Absent: the
     # nodes' own upstream.
     upstream_key: str | None = "policy_base_url"
+    # The global-config key holding the name those servers serve the policy under (NeMo-RL sets
+    # `policy_model_name` to `policy.model_name`); absent: the name the server's /v1/models lists.
+    upstream_model_key: str | None = "policy_model_name"
     # Task defaults; a row's `polar` block overrides them key by key.
     harness: dict[str, Any] = {"name": "pi", "max_steps": 20}
     runtime: dict[str, Any] = {}
@@ -94,10 +97,12 @@ class PolarAgent(SimpleResponsesAPIAgent):
             "metadata": {"policy_model": c.model_server.name} if c.model_server else {},
         }
 
-    def _upstreams(self) -> list[str]:
-        key = self.config.upstream_key
+    def _global(self, key: str | None) -> Any:
         config = getattr(self.server_client, "global_config_dict", None) or {}  # absent in Gym's test mocks
-        value = config.get(key) if key else None
+        return config.get(key) if key else None
+
+    def _upstreams(self) -> list[str]:
+        value = self._global(self.config.upstream_key)
         return [value] if isinstance(value, str) else [str(v) for v in value or []]
 
     def _check_sampling(self, row: dict[str, Any]) -> None:
@@ -123,6 +128,8 @@ class PolarAgent(SimpleResponsesAPIAgent):
             return polar_gym.unavailable_result(row, "invalid-row", f"invalid row: {exc}")
         self._check_sampling(row)
         task.upstream_url = polar_gym.pick_upstream(self._upstreams(), task.task_id)
+        if task.upstream_url and self._global(self.config.upstream_model_key):
+            task.upstream_model = str(self._global(self.config.upstream_model_key))
         cookies = await self._seed(request, row)
         try:
             await self._client.submit(task)

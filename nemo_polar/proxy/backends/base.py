@@ -42,18 +42,13 @@ class Backend:
     streams = True  # False: the engine is always called without streaming
     splices = False  # True: the engine takes earlier turns' tokens back (build_body gets a SpliceIndex)
 
-    def __init__(self, url: str, model: str, sampling: dict[str, Any] | None = None):
-        self.url = url.rstrip("/")
-        self.model = model
+    def __init__(self, sampling: dict[str, Any] | None = None):
         self.sampling = dict(sampling or {})  # pinned sampling fields, override the harness
 
-    @property
-    def chat_url(self) -> str:
-        return self.url + "/v1/chat/completions"
-
-    def build_body(self, req: ChatRequest, splices: SpliceIndex | None = None) -> dict[str, Any]:
-        """The upstream body. `splices` holds the session's earlier turns (used by engines that splice)."""
-        body: dict[str, Any] = {"model": self.model, "messages": self.messages(req, splices)}
+    def build_body(self, req: ChatRequest, splices: SpliceIndex | None, model: str) -> dict[str, Any]:
+        """The upstream body for the served `model`. `splices` holds the session's earlier turns
+        (used by engines that splice)."""
+        body: dict[str, Any] = {"model": model, "messages": self.messages(req, splices)}
         if req.tools:
             body["tools"] = [
                 {

@@ -24,17 +24,17 @@ class NemoRLBackend(Backend):
     streams = False  # the server answers whole turns; the proxy still streams to the harness
     splices = True
 
-    def __init__(self, url: str, model: str, sampling: dict[str, Any] | None = None):
+    def __init__(self, sampling: dict[str, Any] | None = None):
         sampling = dict(sampling or {})
         sampling.setdefault("temperature", 1.0)
         sampling.setdefault("top_p", 1.0)
-        super().__init__(url, model, sampling)
+        super().__init__(sampling)
 
     def training_fields(self) -> dict[str, Any]:
         return {"logprobs": True, "top_logprobs": 0, "n": 1}
 
-    def build_body(self, req: ChatRequest, splices: SpliceIndex | None = None) -> dict[str, Any]:
-        body = super().build_body(req, splices)
+    def build_body(self, req: ChatRequest, splices: SpliceIndex | None, model: str) -> dict[str, Any]:
+        body = super().build_body(req, splices, model)
         body.pop("top_k", None)
         return body
 

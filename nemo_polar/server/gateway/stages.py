@@ -78,10 +78,13 @@ class HarnessStages:
         spec = req.task.runtime
         work.runtime = make_runtime(spec, self.root, session.session_id, self.proxy_url)
         await work.runtime.start()
-        metadata = {"task_id": req.task.task_id, "sample": req.sample_index}
-        if req.task.upstream_url:
-            metadata["upstream_url"] = req.task.upstream_url
-        opened = self.proxy.sessions.open(metadata=metadata)
+        task = req.task
+        opened = self.proxy.sessions.open(
+            metadata={"task_id": task.task_id, "sample": req.sample_index},
+            upstream_url=task.upstream_url,
+            upstream_model=task.upstream_model,
+            max_tokens=task.max_output_tokens,
+        )
         work.api_key = opened.api_key
         work.log["proxy_session"] = opened.id
 

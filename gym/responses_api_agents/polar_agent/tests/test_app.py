@@ -146,7 +146,9 @@ def test_each_task_is_sent_to_one_of_the_policys_servers(tmp_path):
     """NeMo-RL puts its vLLM servers in the global config (`policy_base_url`): the task names one."""
     urls = ["http://10.0.0.1:3001/v1", "http://10.0.0.2:3002/v1"]
     fake = FakeClient(session(tmp_path, [chain([1, 2], [[3]])]))
-    agent(fake, {"policy_base_url": urls}).post("/run", json=ROW)
+    agent(fake, {"policy_base_url": urls, "policy_model_name": "Qwen/Qwen3.5-4B"}).post("/run", json=ROW)
     agent(fake, {}).post("/run", json=ROW)
     with_servers, without = fake.tasks
     assert with_servers.upstream_url in urls and without.upstream_url is None
+    # ... under the name NeMo-RL serves the policy as; without one, the node asks its server
+    assert with_servers.upstream_model == "Qwen/Qwen3.5-4B" and without.upstream_model is None
