@@ -101,7 +101,9 @@ def _export(args: argparse.Namespace) -> int:
 def _bench_proxy(args: argparse.Namespace) -> int:
     from .bench.proxy import run
 
-    result = run(requests=args.requests, tokens=args.tokens, token_delay_ms=args.token_delay_ms)
+    result = run(
+        requests=args.requests, tokens=args.tokens, token_delay_ms=args.token_delay_ms, concurrency=args.concurrency
+    )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
@@ -306,9 +308,10 @@ def parser() -> argparse.ArgumentParser:
     tbuild.set_defaults(func=_tasks_build)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
-    bproxy = bench.add_parser("proxy", help="overhead of the proxy against a fast fake upstream")
+    bproxy = bench.add_parser("proxy", help="the proxy against direct calls and a bare relay, fake upstream")
     bproxy.add_argument("--json", action="store_true", help="one JSON object on one line")
-    bproxy.add_argument("--requests", type=int, default=2000, help="requests per scenario")
+    bproxy.add_argument("--requests", type=int, default=2000, help="throughput calls per arm (a quarter for latency)")
+    bproxy.add_argument("--concurrency", type=int, default=256, help="calls in flight, throughput scenario")
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
     bproxy.set_defaults(func=_bench_proxy)

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 _FAULT = re.compile(r"\[fault:([a-z0-9_]+)\]")
+SERVED_MODEL = "fake-policy"  # like vLLM, the one name it serves; any other is a 404
 
 
 def _fault(body: dict[str, Any]) -> str | None:
@@ -44,10 +45,10 @@ class FakeUpstream:
         tokens: int = 16,
         token_delay_s: float = 0.0,
         keep: int = 256,
-        served_model: str = "fake-policy",
+        served_model: str = SERVED_MODEL,
     ):
         self.engine = engine
-        self.served_model = served_model  # like vLLM, any other model name is a 404
+        self.served_model = served_model
         self.tokens = tokens
         self.token_delay_s = token_delay_s
         self.requests: deque[dict[str, Any]] = deque(maxlen=keep)
@@ -240,7 +241,7 @@ def main() -> None:
     p.add_argument("--token-delay-ms", type=float, default=0.0)
     a = p.parse_args()
     fake = FakeUpstream(engine=a.engine, tokens=a.tokens, token_delay_s=a.token_delay_ms / 1000)
-    web.run_app(fake.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
+    web.run_app(fake.app, host="127.0.0.1", port=a.port, access_log=None, print=None, backlog=4096)
 
 
 if __name__ == "__main__":

@@ -1,31 +1,42 @@
-"""`polar bench proxy`: what the proxy adds, measured against calling the upstream directly.
+"""`polar bench proxy`: what the proxy adds, against calling the upstream directly and against a bare
+pass-through (`bench/bare.py`: aiohttp relaying bytes, the floor any Python hop has on this machine).
 
-The bench starts a fake upstream and the proxy as child processes (as in production, the proxy is
-its own process) and drives both from this process with the same client, side by side:
-- latency: concurrency 1, the upstream answering at once, direct and proxied requests alternating
-  so that drift hits both equally; added = proxied - direct, per percentile;
-- throughput: concurrency 64, the upstream pacing its tokens like a busy inference server
-  (`token_delay_ms` per token), requests per second proxied / direct.
-Each is measured streaming and not. Only loopback is used.
+Fake upstreams, the bare relay and the proxy run as child processes (as in production, the proxy is
+its own process); this process drives them all with one client, side by side. Arms: `direct`,
+`bare`, and the proxy in each dialect (the harness's side of the call differs, the upstream call is
+the same Chat Completions stream).
+- latency: concurrency 1, an instant upstream, one call per arm in turn so that drift hits all
+  alike; added = arm - direct, per percentile;
+- throughput: `concurrency` calls in flight on the instant upstream, so every hop is CPU-bound and
+  requests per second say what each spends per call; arms alternate in rounds;
+- paced: 64 in flight, the upstream pacing its tokens like a busy inference server: the proxy must
+  not slow what the upstream can serve (direct vs the proxy's Chat Completions).
+Each streamed and not. `*_vs_bare` figures are ratios to the bare relay's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
+from ..chat import ChatRequest, Message
 from ..local.vllm_server import stop_group
+from ..proxy.backends.vllm import VLLMBackend
 from ..proxy.serve import free_port
+from .fake_upstream import SERVED_MODEL
+
+DIALECTS = ("openai_chat", "openai_responses", "anthropic", "gemini")
+_PROMPT = "bench"
 
 
 def _spawn(args: list[str], health: str) -> subprocess.Popen:
@@ -50,151 +61,224 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-class Bench:
-    def __init__(self, upstream: str, proxy: str, key: str, tokens: int):
-        self.upstream, self.proxy, self.key, self.tokens = upstream, proxy, key, tokens
+@dataclass(frozen=True)
+class Arm:
+    """One way of making the same model call."""
 
-    def _target(self, via_proxy: bool, stream: bool) -> tuple[str, bytes, dict[str, str]]:
-        body: dict[str, Any] = {
-            "model": "m",
-            "messages": [{"role": "user", "content": "bench"}],
-            "max_tokens": self.tokens,
-            "stream": stream,
+    name: str
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+def upstream_body(tokens: int, stream: bool) -> bytes:
+    """Exactly what the proxy sends upstream for the bench's Chat Completions call."""
+    request = ChatRequest(model="m", messages=[Message("user", _PROMPT)], max_tokens=tokens, stream=stream)
+    return orjson.dumps(VLLMBackend().build_body(request, None, SERVED_MODEL))
+
+
+def dialect_call(dialect: str, key: str, tokens: int, stream: bool) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(path, body, headers) of a minimal call in a harness's dialect."""
+    user = [{"role": "user", "content": _PROMPT}]
+    bearer = {"Authorization": f"Bearer {key}"}
+    if dialect == "openai_chat":
+        return "/v1/chat/completions", {"model": "m", "messages": user, "max_tokens": tokens, "stream": stream}, bearer
+    if dialect == "openai_responses":
+        return "/v1/responses", {"model": "m", "input": user, "max_output_tokens": tokens, "stream": stream}, bearer
+    if dialect == "anthropic":
+        body = {"model": "m", "messages": user, "max_tokens": tokens, "stream": stream}
+        return "/v1/messages", body, {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    if dialect == "gemini":
+        path = "/v1beta/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
+        body = {
+            "contents": [{"role": "user", "parts": [{"text": _PROMPT}]}],
+            "generationConfig": {"maxOutputTokens": tokens},
         }
-        if via_proxy:
-            return (
-                self.proxy + "/v1/chat/completions",
-                orjson.dumps(body),
-                {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"},
-            )
-        body |= {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}  # what the proxy would send
-        return self.upstream + "/v1/chat/completions", orjson.dumps(body), {"Content-Type": "application/json"}
-
-    async def one(self, http: aiohttp.ClientSession, via_proxy: bool, stream: bool) -> float:
-        url, body, headers = self._target(via_proxy, stream)
-        t0 = time.perf_counter()
-        async with http.post(url, data=body, headers=headers) as resp:
-            await resp.read()
-            if resp.status != 200:
-                raise RuntimeError(f"HTTP {resp.status} from {url}")
-        return time.perf_counter() - t0
-
-    async def latency(self, stream: bool, n: int) -> dict[str, float]:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(20):  # warm both paths
-                await self.one(http, True, stream)
-                await self.one(http, False, stream)
-            direct, proxied = [], []
-            for _ in range(n):
-                direct.append(await self.one(http, False, stream))
-                proxied.append(await self.one(http, True, stream))
-        ms = lambda v: round(v * 1000, 3)  # noqa: E731
-        return {
-            "direct_p50_ms": ms(_pct(direct, 0.5)),
-            "proxied_p50_ms": ms(_pct(proxied, 0.5)),
-            "p50_added_ms": ms(_pct(proxied, 0.5) - _pct(direct, 0.5)),
-            "p99_added_ms": ms(_pct(proxied, 0.99) - _pct(direct, 0.99)),
-            "mean_added_ms": ms(statistics.fmean(proxied) - statistics.fmean(direct)),
-        }
-
-    async def throughput(self, via_proxy: bool, stream: bool, concurrency: int, n: int) -> float:
-        connector = aiohttp.TCPConnector(limit=concurrency)
-        async with aiohttp.ClientSession(connector=connector) as http:
-            await asyncio.gather(*(self.one(http, via_proxy, stream) for _ in range(concurrency)))  # warm-up
-            remaining = n
-
-            async def worker() -> None:
-                nonlocal remaining
-                while remaining > 0:
-                    remaining -= 1
-                    await self.one(http, via_proxy, stream)
-
-            t0 = time.perf_counter()
-            await asyncio.gather(*(worker() for _ in range(concurrency)))
-            return n / (time.perf_counter() - t0)
+        return path, body, {"x-goog-api-key": key}
+    raise ValueError(f"unknown dialect {dialect}")
 
 
-def run(requests: int = 2000, tokens: int = 16, token_delay_ms: float = 0.0, concurrency: int = 64) -> dict[str, Any]:
-    """Both scenarios; `token_delay_ms` paces the throughput upstream (0: 10 ms, a busy server)."""
+def arms(
+    upstream: str, bare: str | None, proxy: str, key: str, tokens: int, stream: bool, dialects=DIALECTS
+) -> list[Arm]:
+    json = {"Content-Type": "application/json"}
+    body = upstream_body(tokens, stream)
+    out = [Arm("direct", upstream + "/v1/chat/completions", body, json)]
+    if bare is not None:
+        out.append(Arm("bare", bare + "/v1/chat/completions", body, json))
+    for dialect in dialects:
+        path, native, headers = dialect_call(dialect, key, tokens, stream)
+        out.append(Arm(dialect, proxy + path, orjson.dumps(native), json | headers))
+    return out
+
+
+async def call(http: aiohttp.ClientSession, arm: Arm) -> float:
+    t0 = time.perf_counter()
+    async with http.post(arm.url, data=arm.body, headers=arm.headers) as resp:
+        await resp.read()
+        if resp.status != 200:
+            raise RuntimeError(f"HTTP {resp.status} from {arm.name} ({arm.url})")
+    return time.perf_counter() - t0
+
+
+async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
+    """Concurrency 1, one call per arm in turn; percentiles per arm, added = arm - direct."""
+    times: dict[str, list[float]] = {a.name: [] for a in arms}
+    async with aiohttp.ClientSession() as http:
+        for _ in range(20):  # warm every path
+            for arm in arms:
+                await call(http, arm)
+        for _ in range(n):
+            for arm in arms:
+                times[arm.name].append(await call(http, arm))
+    ms = lambda v: round(v * 1000, 3)  # noqa: E731
+    p50 = {name: _pct(v, 0.5) for name, v in times.items()}
+    p99 = {name: _pct(v, 0.99) for name, v in times.items()}
+    out: dict[str, Any] = {
+        "p50_ms": {k: ms(v) for k, v in p50.items()},
+        "p50_added_ms": {k: ms(v - p50["direct"]) for k, v in p50.items() if k != "direct"},
+        "p99_added_ms": {k: ms(v - p99["direct"]) for k, v in p99.items() if k != "direct"},
+    }
+    if "bare" in p50:
+        bare = max(p50["bare"] - p50["direct"], 1e-6)
+        out["p50_added_vs_bare"] = {k: round((p50[k] - p50["direct"]) / bare, 3) for k in p50 if k in DIALECTS}
+    return out
+
+
+async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, n: int) -> tuple[int, float]:
+    """`n` calls, `concurrency` in flight; (calls, seconds) counted only while all are in flight:
+    from the `concurrency`-th completion to the last one before the workers start running dry."""
+    done: list[float] = []
+    remaining = n
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await call(http, arm)
+            done.append(time.perf_counter())
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    first, last = concurrency - 1, n - concurrency - 1
+    return last - first, done[last] - done[first]
+
+
+async def throughput(arms: list[Arm], concurrency: int, n: int, rounds: int) -> dict[str, float]:
+    """Requests per second per arm, `n` calls each in `rounds` alternating rounds."""
+    per_round = n // rounds
+    if per_round < 3 * concurrency:
+        raise ValueError(f"{n} requests in {rounds} rounds are too few to keep {concurrency} in flight")
+    calls = {a.name: 0 for a in arms}
+    seconds = {a.name: 0.0 for a in arms}
+    sessions = {a.name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) for a in arms}
+    try:
+        for arm in arms:  # open the connections
+            await asyncio.gather(*(call(sessions[arm.name], arm) for _ in range(concurrency)))
+        for _ in range(rounds):
+            for arm in arms:
+                c, s = await _flood(sessions[arm.name], arm, concurrency, per_round)
+                calls[arm.name] += c
+                seconds[arm.name] += s
+    finally:
+        for http in sessions.values():
+            await http.close()
+    return {name: round(calls[name] / seconds[name], 1) for name in calls}
+
+
+def run(
+    requests: int = 2000,
+    tokens: int = 16,
+    token_delay_ms: float = 0.0,
+    concurrency: int = 256,
+    paced_concurrency: int = 64,
+    rounds: int = 2,
+) -> dict[str, Any]:
+    """Every scenario; `token_delay_ms` paces the paced upstream (0: 10 ms per token, a busy server)."""
     pacing = token_delay_ms or 10.0
     procs: list[subprocess.Popen] = []
     tmp = tempfile.mkdtemp(prefix="polar-bench-")
+    fast, paced, bare, proxy = (free_port() for _ in range(4))
+    url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
+    fake = ["-m", "nemo_polar.bench.fake_upstream", "--tokens", str(tokens)]
     try:
-        fast_port, paced_port, proxy_port, paced_proxy_port = (free_port() for _ in range(4))
-        env_py = ["-m", "nemo_polar.bench.fake_upstream"]
+        procs.append(_spawn([*fake, "--port", str(fast)], url(fast) + "/health"))
+        procs.append(_spawn([*fake, "--port", str(paced), "--token-delay-ms", str(pacing)], url(paced) + "/health"))
         procs.append(
             _spawn(
-                [*env_py, "--port", str(fast_port), "--tokens", str(tokens)], f"http://127.0.0.1:{fast_port}/health"
+                ["-m", "nemo_polar.bench.bare", "--port", str(bare), "--upstream", url(fast)], url(bare) + "/health"
             )
         )
-        procs.append(
-            _spawn(
-                [*env_py, "--port", str(paced_port), "--tokens", str(tokens), "--token-delay-ms", str(pacing)],
-                f"http://127.0.0.1:{paced_port}/health",
+        proxy_args = [f"port={proxy}", "log_level=warning", f"upstream.url={url(fast)}", f"store.path={tmp}/r.sqlite"]
+        procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
+        scenarios = asyncio.run(
+            _measure(
+                url(fast), url(paced), url(bare), url(proxy), tokens, requests, concurrency, paced_concurrency, rounds
             )
-        )
-        out: dict[str, Any] = {
-            "requests": requests,
-            "tokens": tokens,
-            "concurrency": [1, concurrency],
-            "throughput_upstream_token_delay_ms": pacing,
-            "cpus": os.cpu_count(),
-            "scenarios": [],
-        }
-        for port, up_port, name in ((proxy_port, fast_port, "fast"), (paced_proxy_port, paced_port, "paced")):
-            procs.append(
-                _spawn(
-                    [
-                        "-m",
-                        "nemo_polar.cli",
-                        "proxy",
-                        f"port={port}",
-                        "log_level=warning",
-                        f"upstream.url=http://127.0.0.1:{up_port}",
-                        f"store.path={tmp}/{name}.sqlite",
-                    ],
-                    f"http://127.0.0.1:{port}/health",
-                )
-            )
-        out["scenarios"] = asyncio.run(
-            _measure(fast_port, paced_port, proxy_port, paced_proxy_port, tokens, requests, concurrency)
         )
     finally:
         for p in procs:
             stop_group(p.pid, grace_s=5)
-    lat = [s for s in out["scenarios"] if s["kind"] == "latency"]
-    thr = [s for s in out["scenarios"] if s["kind"] == "throughput"]
-    out["p50_added_ms"] = max(s["p50_added_ms"] for s in lat)
-    out["p99_added_ms"] = max(s["p99_added_ms"] for s in lat)
-    out["throughput_ratio"] = min(s["throughput_ratio"] for s in thr)
-    return out
+    return _summary(scenarios) | {
+        "requests": requests,
+        "latency_calls": _latency_calls(requests),
+        "tokens": tokens,
+        "concurrency": concurrency,
+        "paced_concurrency": paced_concurrency,
+        "paced_upstream_token_delay_ms": pacing,
+        "cpus": os.cpu_count(),
+        "scenarios": scenarios,
+    }
 
 
-async def _measure(fast: int, paced: int, proxy: int, paced_proxy: int, tokens: int, n: int, c: int) -> list[dict]:
-    scenarios = []
+async def _measure(
+    fast: str, paced: str, bare: str, proxy: str, tokens: int, n: int, c: int, paced_c: int, rounds: int
+) -> list[dict[str, Any]]:
+    key = await _session(proxy, {})
+    paced_key = await _session(proxy, {"upstream_url": paced})  # the same proxy, this session's server paced
+    scenarios: list[dict[str, Any]] = []
     for stream in (False, True):
-        key = await _session(proxy)
-        bench = Bench(f"http://127.0.0.1:{fast}", f"http://127.0.0.1:{proxy}", key, tokens)
-        lat = await bench.latency(stream, max(100, n // 4))
+        each = arms(fast, bare, proxy, key, tokens, stream)
+        lat = await latency(each, _latency_calls(n))
         scenarios.append({"kind": "latency", "stream": stream, "concurrency": 1} | lat)
-        key = await _session(paced_proxy)
-        bench = Bench(f"http://127.0.0.1:{paced}", f"http://127.0.0.1:{paced_proxy}", key, tokens)
-        direct = await bench.throughput(False, stream, c, n)
-        proxied = await bench.throughput(True, stream, c, n)
+        rps = await throughput(each, c, n, rounds)
         scenarios.append(
             {
                 "kind": "throughput",
                 "stream": stream,
                 "concurrency": c,
-                "direct_rps": round(direct, 1),
-                "proxied_rps": round(proxied, 1),
-                "throughput_ratio": round(proxied / direct, 3),
+                "rps": rps,
+                "vs_direct": {k: round(v / rps["direct"], 3) for k, v in rps.items() if k != "direct"},
+                "vs_bare": {k: round(v / rps["bare"], 3) for k, v in rps.items() if k in DIALECTS},
             }
+        )
+        rps = await throughput(arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",)), paced_c, n, 1)
+        ratio = round(rps["openai_chat"] / rps["direct"], 3)
+        scenarios.append(
+            {"kind": "paced", "stream": stream, "concurrency": paced_c, "rps": rps, "throughput_ratio": ratio}
         )
     return scenarios
 
 
-async def _session(proxy_port: int) -> str:
+def _latency_calls(requests: int) -> int:
+    return max(20, requests // 4)
+
+
+def _summary(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures: the worst of every dialect and mode."""
+    lat = [s for s in scenarios if s["kind"] == "latency"]
+    thr = {s["stream"]: s for s in scenarios if s["kind"] == "throughput"}
+    worst = lambda key, pick: pick(v for s in lat for k, v in s[key].items() if k in DIALECTS)  # noqa: E731
+    return {
+        "p50_added_ms": worst("p50_added_ms", max),
+        "p99_added_ms": worst("p99_added_ms", max),
+        "p50_added_vs_bare": worst("p50_added_vs_bare", max),
+        "throughput_vs_bare": min(thr[False]["vs_bare"].values()),
+        "stream_throughput_vs_bare": min(thr[True]["vs_bare"].values()),
+        "throughput_ratio": min(s["throughput_ratio"] for s in scenarios if s["kind"] == "paced"),
+    }
+
+
+async def _session(proxy: str, opening: dict[str, Any]) -> str:
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"http://127.0.0.1:{proxy_port}/admin/sessions", json={}) as resp:
+        async with http.post(proxy + "/admin/sessions", json=opening) as resp:
             return (await resp.json())["api_key"]
