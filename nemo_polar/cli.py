@@ -197,21 +197,26 @@ def _launch_slurm(args: argparse.Namespace) -> int:
 
     recipe_overrides, launch_overrides = split_overrides(args.overrides)
     cfg = load(LaunchConfig, "launch", launch_overrides)
-    launch_args = ["--nodes", str(args.nodes), "--recipe", str(Path(args.recipe).resolve())] + args.overrides
-    code, plan = main_slurm(
+    plan = main_slurm(
         cfg,
         nodes=args.nodes,
         recipe=args.recipe,
         recipe_overrides=recipe_overrides,
-        launch_args=launch_args,
+        launch_overrides=launch_overrides,
         dry_run=args.dry_run,
-        in_allocation=args.in_allocation,
-        hosts=args.hosts.split(",") if args.hosts else None,
         check=not args.no_check,
     )
-    if plan is not None and args.dry_run:
+    if args.dry_run:
         print(json.dumps(plan) if args.json else render_text(plan))
-    return code
+    return 0
+
+
+def _launch_sidecar(args: argparse.Namespace) -> int:
+    from .cluster.launch import sidecar
+    from .cluster.topology import LaunchConfig
+    from .config import load
+
+    return sidecar(load(LaunchConfig, "launch", args.overrides))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -247,22 +252,23 @@ def parser() -> argparse.ArgumentParser:
     rcheck.set_defaults(func=_recipes_check)
 
     launch = sub.add_parser("launch", help="launch training on a cluster").add_subparsers(dest="action", required=True)
-    lslurm = launch.add_parser("slurm", help="NeMo-RL GRPO + rollout server + a gateway per node on SLURM")
+    lslurm = launch.add_parser(
+        "slurm", help="NeMo-RL GRPO (ray.sub) with our rollout server and gateways as its sidecar"
+    )
     lslurm.add_argument("--nodes", type=int, required=True)
     lslurm.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
     lslurm.add_argument("--dry-run", action="store_true", help="print what each node would run; submit nothing")
     lslurm.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
-    lslurm.add_argument(
-        "--hosts", default=None, help="comma-separated node names (default: node-0..; in-allocation: SLURM's)"
-    )
-    lslurm.add_argument("--no-check", action="store_true", help="skip `polar recipes check` on the recipe")
-    lslurm.add_argument("--in-allocation", action="store_true", help=argparse.SUPPRESS)  # slurm/polar_grpo.sbatch
+    lslurm.add_argument("--no-check", action="store_true", help="skip NeMo-RL's check of the recipe")
     lslurm.add_argument(
         "overrides",
         nargs="*",
-        help="recipe overrides (grpo.max_num_steps=10) and launch ones (topology.gateway_port=9800)",
+        help="recipe overrides (grpo.max_num_steps=10) and launch ones (topology.gateway_port=6100)",
     )
     lslurm.set_defaults(func=_launch_slurm)
+    lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")
+    lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
+    lside.set_defaults(func=_launch_sidecar)
 
     model = sub.add_parser("model", help="the tiny local model").add_subparsers(dest="action", required=True)
     build = model.add_parser("build", help="build the tiny model from a fixed seed")

@@ -1,134 +1,147 @@
-"""`polar recipes check`: every recipe passes; a typo, a wrong type, a missing key or a bad override names its key."""
+"""`polar recipes check`: every recipe passes NeMo-RL's own validation (its loader, `MasterConfig`, its
+vLLM config type, the Gym entry point's checks), and what NeMo-RL rejects is reported by key. These run
+NeMo-RL's code from the checkout NEMO_RL_DIR names (CI: ../shared/upstream/nemo-rl)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from nemo_polar.recipes.check import RECIPES_DIR, check, check_recipe
-from nemo_polar.recipes.loader import load_recipe, resolve
+from nemo_polar.nemo_rl import NemoRLNotFound, locate
+from nemo_polar.recipes.check import POLAR_AGENT_PATH, RECIPES_DIR, SEAM, PolarAgentConfig
 
+try:
+    NEMO_RL = locate()
+except NemoRLNotFound as exc:
+    NEMO_RL, WHY = None, str(exc)
+requires_nemo_rl = pytest.mark.skipif(NEMO_RL is None, reason=WHY if NEMO_RL is None else "")
+
+BASE = RECIPES_DIR / "grpo_qwen3.5_4b_polar_swe.yaml"
 VARIANT = RECIPES_DIR / "grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
 HARNESSES = ("codex", "claude_code", "qwen_code", "pi")
 
 
-def test_every_recipe_passes():
-    report = check()
-    assert report["errors"] == [] and report["ok"] and report["count"] >= 5
-
-
-@pytest.mark.parametrize("harness", HARNESSES)
-def test_each_variant_inherits_the_base_and_sets_its_harness(harness):
-    cfg = resolve(load_recipe(RECIPES_DIR / f"grpo-qwen3.5-4b-2n8g-megatron-polar-{harness}.yaml"))
-    agent = cfg["env"]["nemo_gym"]["polar_agent"]["responses_api_agents"]["polar_agent"]
-    assert agent["harness"]["name"] == harness and cfg["policy"]["model_name"] == "Qwen/Qwen3.5-4B"
-    assert cfg["policy"]["megatron_cfg"]["enabled"] and not cfg["policy"]["dtensor_cfg"]["enabled"]
-    vllm = cfg["policy"]["generation"]["vllm_cfg"]
-    assert vllm["async_engine"] and vllm["expose_http_server"]
-    assert agent["backend"]["sampling"] == {"temperature": 1.0, "top_p": 1.0}
-    assert harness in cfg["logger"]["log_dir"]
-
-
-def _write(tmp_path: Path, body: str) -> Path:
-    path = tmp_path / "bad.yaml"
-    path.write_text(f"defaults: {VARIANT}\n{body}")
-    return path
-
-
-@pytest.mark.parametrize(
-    "body,key",
-    [
-        ("grpo:\n  num_prompts_per_stepp: 4\n", "grpo.num_prompts_per_stepp"),  # typo
-        ("grpo:\n  num_prompts_per_step: many\n", "grpo.num_prompts_per_step"),  # wrong type
-        ("policy:\n  precision: fp8\n", "policy.precision"),  # not an allowed value
-        ("grpo:\n  max_val_samples: 16\n", "grpo.max_val_samples"),  # a Gym rule
-        (
-            "policy:\n  megatron_cfg:\n    tensor_model_parallel_size: 3\n",
-            "policy.megatron_cfg.tensor_model_parallel_size",
-        ),
-        (
-            "env:\n  nemo_gym:\n    polar_agent:\n      responses_api_agents:\n        polar_agent:\n"
-            "          harness: {name: codex, max_stepz: 3}\n",
-            "env.nemo_gym.polar_agent.responses_api_agents.polar_agent.harness.max_stepz",
-        ),
-        (
-            "env:\n  nemo_gym:\n    polar_agent:\n      responses_api_agents:\n        polar_agent:\n"
-            "          backend: {engine: nemo_rl, sampling: {temperature: 0.6, top_p: 1.0}}\n",
-            "env.nemo_gym.polar_agent.responses_api_agents.polar_agent.backend.sampling.temperature",
-        ),
-    ],
-)
-def test_a_wrong_recipe_key_is_named(tmp_path, body, key):
-    errors = check_recipe(_write(tmp_path, body))
-    assert key in [e["key"] for e in errors], errors
-
-
-def test_a_missing_required_key_is_named(tmp_path):
-    errors = check_recipe(VARIANT, ["~cluster.num_nodes"])
-    assert {"recipe": VARIANT.name, "key": "cluster.num_nodes", "message": "missing required key"} in errors
-
-
-@pytest.mark.parametrize(
-    "override,key",
-    [
-        ("grpo.num_prompts_per_stpe=4", "grpo.num_prompts_per_stpe"),  # change of a key the recipe lacks
-        ("grpo.max_num_steps=[1,", "grpo.max_num_steps"),  # not Hydra grammar
-        ("+grpo.max_num_steps=3", "grpo.max_num_steps"),  # add of an existing key
-        ("~grpo.no_such_key", "grpo.no_such_key"),
-        ("++grpo.max_num_stepz=3", "grpo.max_num_stepz"),  # force-add passes the parser, not the schema
-        ("policy.generation.top_k=20", "policy.generation.top_k"),
-    ],
-)
-def test_a_bad_override_is_named(override, key):
-    errors = check_recipe(VARIANT, [override])
-    assert key in [e["key"] for e in errors], errors
-
-
-def test_defaults_chain_and_override_marker(tmp_path):
-    (tmp_path / "a.yaml").write_text("grpo: {seed: 1, val_period: 5}\ndata: {train: {data_path: x}, shuffle: true}\n")
-    (tmp_path / "b.yaml").write_text(
-        "defaults: a.yaml\ngrpo: {seed: 2}\ndata: {_override_: true, train: {data_path: y}}\n"
-    )
-    cfg = resolve(load_recipe(tmp_path / "b.yaml"))
-    assert cfg["grpo"] == {"seed": 2, "val_period": 5} and cfg["data"] == {"train": {"data_path": "y"}}
-
-
-def test_cli_prints_one_json_object_and_fails_on_errors(tmp_path):
-    ok = subprocess.run(
-        [sys.executable, "-m", "nemo_polar.cli", "recipes", "check", "--json"], capture_output=True, text=True
-    )
-    report = json.loads(ok.stdout)
-    assert ok.returncode == 0 and report["errors"] == [] and report["count"] == len(report["recipes"])
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "nemo_polar.cli",
-            "recipes",
-            "check",
-            "--json",
-            "--recipe",
-            str(VARIANT),
-            "grpo.seed=x",
-        ],
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "recipes", "check", "--json", *args],
         capture_output=True,
         text=True,
+        timeout=600,
+        env=env,
     )
-    report = json.loads(bad.stdout)
-    assert bad.returncode == 1 and report["errors"][0]["key"] == "grpo.seed"
+
+
+@requires_nemo_rl
+def test_every_recipe_passes_nemo_rls_own_validation():
+    done = _cli()
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["errors"] == [], report["errors"]
+    assert report["recipes"] == len(list(RECIPES_DIR.glob("*.yaml"))) == 5 and report["ok"]
+    assert report["nemo_rl"]["dir"] == str(NEMO_RL.dir)
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory) -> dict:
+    """One run of NeMo-RL's validation over the recipes and the mistakes it must catch."""
+    tmp = tmp_path_factory.mktemp("recipes")
+    wrong_type = tmp / "wrong_type.yaml"
+    wrong_type.write_text(f"defaults: {VARIANT}\ngrpo:\n  num_prompts_per_step: many\n")
+    null_turns = tmp / "null_turns.yaml"
+    null_turns.write_text(f"defaults: {VARIANT}\ngrpo:\n  max_rollout_turns: null\n")
+    jobs = {
+        "variants": [(RECIPES_DIR / f"grpo-qwen3.5-4b-2n8g-megatron-polar-{h}.yaml", []) for h in HARNESSES],
+        "missing_key": [(VARIANT, ["~policy.generation.val_top_p"])],
+        "missing_vllm_key": [(VARIANT, ["~policy.generation.vllm_cfg.kv_cache_dtype"])],
+        "wrong_type": [(wrong_type, [])],
+        "null_turns": [(null_turns, [])],
+        "typo_override": [(VARIANT, ["grpo.num_prompts_per_stpe=4"])],
+        "no_gym": [(VARIANT, ["env.should_use_nemo_gym=false"])],
+    }
+    flat = [job for group in jobs.values() for job in group]
+    answer = NEMO_RL.call("validate", {"recipes": [{"path": str(p), "overrides": o} for p, o in flat]})
+    out, i = {}, 0
+    for name, group in jobs.items():
+        out[name] = answer["recipes"][i : i + len(group)]
+        i += len(group)
+    return out
+
+
+def _keys(judged_one: dict) -> list[str]:
+    return [e["key"] for e in judged_one["errors"]]
+
+
+@requires_nemo_rl
+def test_nemo_rl_catches_a_missing_key_a_wrong_type_and_null_turns(judged):
+    assert "policy.generation.val_top_p" in _keys(judged["missing_key"][0])  # MasterConfig: a required key
+    assert "policy.generation.vllm_cfg.kv_cache_dtype" in _keys(judged["missing_vllm_key"][0])  # VllmConfig
+    assert "grpo.num_prompts_per_step" in _keys(judged["wrong_type"][0])
+    null = judged["null_turns"][0]["errors"]
+    assert [e for e in null if e["key"] == "grpo.max_rollout_turns" and "integer" in e["message"]], null
+    assert judged["typo_override"][0]["errors"] and judged["typo_override"][0]["config"] is None  # its parser
+    assert [e for e in judged["no_gym"][0]["errors"] if "should_use_nemo_gym" in e["key"]]  # the entry point's
+
+
+@requires_nemo_rl
+@pytest.mark.parametrize("index,harness", list(enumerate(HARNESSES)))
+def test_each_variant_inherits_nemo_rls_swe_recipe_and_sets_its_harness(judged, index, harness):
+    one = judged["variants"][index]
+    cfg = one["config"]
+    assert one["errors"] == []
+    agent = cfg["env"]["nemo_gym"]["polar_agent"]["responses_api_agents"]["polar_agent"]
+    assert agent["harness"]["name"] == harness and cfg["policy"]["model_name"] == "Qwen/Qwen3.5-4B"
+    assert harness in cfg["logger"]["log_dir"]
+    # what the upstream SWE recipe gives and NeMo-RL reads with []
+    vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    assert vllm["precision"] and vllm["kv_cache_dtype"] and vllm["async_engine"] and vllm["expose_http_server"]
+    loss = cfg["loss_fn"]
+    assert loss["truncated_importance_sampling_type"] == "tis" and loss["truncated_importance_sampling_ratio"] == 2.0
+    assert cfg["grpo"]["max_rollout_turns"] == 1 and cfg["policy"]["generation"]["val_temperature"] == 1.0
+    # the pair NeMo-RL's vLLM server asserts is the pair our proxy pins
+    gen = cfg["policy"]["generation"]
+    assert agent["backend"]["sampling"] == {"temperature": gen["temperature"], "top_p": gen["top_p"]}
+    assert cfg["policy"]["train_global_batch_size"] == 8 * 16  # force_on_policy_ratio: one step per GRPO step
+    assert [] == [e for rule in SEAM for e in rule(cfg)]
+
+
+@requires_nemo_rl
+def test_the_seam_checks_what_nemo_rl_cannot_know(judged):
+    cfg = judged["variants"][0]["config"]
+    agent = copy.deepcopy(cfg)
+    node = agent["env"]["nemo_gym"]["polar_agent"]["responses_api_agents"]["polar_agent"]
+    node["harness"]["max_stepz"] = 3
+    node["backend"]["sampling"]["temperature"] = 0.6
+    loss = copy.deepcopy(cfg)
+    loss["loss_fn"]["truncated_importance_sampling_type"] = None
+    found = {key for rule in SEAM for key, _ in list(rule(agent)) + list(rule(loss))}
+    assert f"{POLAR_AGENT_PATH}.harness.max_stepz" in found
+    assert f"{POLAR_AGENT_PATH}.backend.sampling.temperature" in found
+    assert "loss_fn.truncated_importance_sampling_type" in found  # the ratio would be silently ignored
+
+
+@requires_nemo_rl
+def test_a_bad_recipe_fails_the_cli_by_key(tmp_path):
+    done = _cli("--recipe", str(VARIANT), "grpo.seed=x")
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and [e for e in report["errors"] if e["key"] == "grpo.seed"], report
+
+
+def test_without_nemo_rl_the_check_says_how_to_point_at_one(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("NEMO_RL_DIR", "NEMO_RL_PYTHON")}
+    done = _cli(env=env)
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and report["nemo_rl"] is None and not report["ok"]
+    assert "NEMO_RL_DIR" in report["errors"][0]["message"]
 
 
 def test_the_recipe_check_knows_every_key_of_the_gym_agent_config():
-    """recipes/check.py validates the agent section without NeMo Gym installed: it must not drift
-    from the agent's own config (gym/responses_api_agents/polar_agent)."""
-    import yaml
-
-    from nemo_polar.recipes.check import PolarAgentConfig
-
+    """The agent section is checked by our model without NeMo Gym installed: it must not drift from the
+    agent's own config (gym/responses_api_agents/polar_agent)."""
     config = Path(__file__).resolve().parents[1] / "gym/responses_api_agents/polar_agent/configs/polar_agent.yaml"
     agent = yaml.safe_load(config.read_text())["polar_agent"]["responses_api_agents"]["polar_agent"]
     assert set(agent) - {"datasets"} <= set(PolarAgentConfig.model_fields)

@@ -1,97 +1,112 @@
-"""`polar launch slurm --dry-run`: the rollout server on node 0, a gateway per node, ray.sub with the recipe."""
+"""`polar launch slurm`: NeMo-RL's ray.sub runs training, our rollout server and gateways run as its
+per-node sidecar; a NeMo-RL release that ignores mask_sample is refused; ports stay in the sidecar's band."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from nemo_polar.cluster.topology import LaunchConfig, plan, split_overrides
+from nemo_polar.cluster.topology import LaunchConfig, TopologyConfig, plan, sidecar_commands, split_overrides
 from nemo_polar.config import load
 from nemo_polar.server.gateway.node import GatewayConfig
 from nemo_polar.server.rollout import RolloutConfig
 
+from .test_recipes import requires_nemo_rl
+
 RECIPE = "recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
+IMAGE = "polar.container=registry.example/nemo-polar:1"
 
 
-def _dry_run(nodes: int, *extra: str) -> dict:
-    proc = subprocess.run(
-        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", str(nodes), "--recipe", RECIPE]
-        + ["--dry-run", "--json", *extra],
+def _launch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--recipe", RECIPE, *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
+        env=env,
     )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 @pytest.mark.parametrize("nodes", [2, 4])
-def test_dry_run_renders_every_node(nodes):
-    p = _dry_run(nodes, "grpo.max_num_steps=10", "topology.gateway_port=9800")
-    hosts = [f"node-{i}" for i in range(nodes)]
-    assert p["hosts"] == hosts and p["urls"]["rollout"] == "http://node-0:8900"
-    by_node = {n["host"]: {c["name"]: c for c in n["commands"]} for n in p["per_node"]}
-    assert list(by_node["node-0"]) == ["rollout", "gateway"]  # the rollout server first, on the first node
-    assert all(list(by_node[h]) == ["gateway"] for h in hosts[1:])
-    assert by_node["node-0"]["rollout"]["argv"][:2] == ["polar", "serve-rollout"]
-    for host in hosts:
-        gw = by_node[host]["gateway"]
-        assert gw["argv"][:2] == ["polar", "serve-gateway"]
-        assert f"node.node_id={host}" in gw["argv"] and "node.rollout_url=http://node-0:8900" in gw["argv"]
-        assert f"node.public_url=http://{host}:9800" in gw["argv"] and "backend=nemo_rl" in gw["argv"]
-        assert gw["srun"][:2] == ["srun", "--overlap"] and f"--nodelist={host}" in gw["srun"]
-    assert p["readiness"][0]["url"] == "http://node-0:8900/health"
-    assert p["readiness"][1]["expect"] == hosts
-    env = p["training"]["env"]
-    assert p["training"]["argv"][0] == "bash" and p["training"]["argv"][1].endswith("/ray.sub")
+def test_dry_run_hands_ray_sub_the_training_and_our_sidecar(nodes):
+    done = _launch("--nodes", str(nodes), "--dry-run", "--json", "--no-check", IMAGE, "grpo.max_num_steps=10")
+    assert done.returncode == 0, done.stderr
+    p = json.loads(done.stdout)
+    env = p["ray_sub"]["env"]
+    assert p["sbatch"][:2] == ["sbatch", f"--nodes={nodes}"] and p["sbatch"][-1].endswith("/ray.sub")
     assert "run_grpo_nemo_gym.py --config" in env["COMMAND"] and env["COMMAND"].count(RECIPE) == 1
     assert f"cluster.num_nodes={nodes}" in env["COMMAND"] and "grpo.max_num_steps=10" in env["COMMAND"]
-    assert "rollout_url=http://node-0:8900" in env["COMMAND"] and "NEMO_GYM_EXTRA_ROOTS=" in env["COMMAND"]
-    assert "topology" not in env["COMMAND"]  # launch overrides stay ours
-    assert {"CONTAINER", "MOUNTS", "GPUS_PER_NODE"} <= set(env) and env["GPUS_PER_NODE"] == "8"
-    assert p["sbatch"][:2] == ["sbatch", f"--nodes={nodes}"] and p["sbatch"][-1].endswith("slurm/polar_grpo.sbatch")
+    assert "NEMO_GYM_EXTRA_ROOTS=" in env["COMMAND"] and "NEMO_RL_DIR=" in env["COMMAND"]
+    assert "POLAR_ROLLOUT_URL=http://$(hostname):6001" in env["COMMAND"]  # the driver runs on the first node
+    assert "topology" not in env["COMMAND"] and "polar.container" not in env["COMMAND"]  # launch overrides stay ours
+    assert env["CONTAINER"] == "nemo-rl:7ea279a" and env["SANDBOX_CONTAINER"] == "registry.example/nemo-polar:1"
+    assert env["SANDBOX_COMMAND"].startswith("polar launch sidecar") and env["NEMO_SKILLS_SANDBOX_PORT"] == "6000"
+    assert env["GPUS_PER_NODE"] == "8" and "POLAR_CONTROL_TOKEN" not in env  # minted at submit only
+    by_node = {n["host"]: [c["name"] for c in n["commands"]] for n in p["per_node"]}
+    assert by_node == {"node-0": ["rollout", "gateway"]} | {f"node-{i}": ["gateway"] for i in range(1, nodes)}
 
 
-def test_the_rendered_commands_load_as_our_configs():
+def test_the_sidecar_command_loads_back_as_the_launch_config():
+    """ray.sub runs SANDBOX_COMMAND as is: its overrides must rebuild the same topology on each node."""
+    overrides = ["topology.gateway_port=6100", "topology.capacity.run=4", "polar.container=img"]
+    cfg = load(LaunchConfig, "launch", overrides)
+    p = plan(cfg, 2, RECIPE, [], overrides)
+    argv = p["ray_sub"]["env"]["SANDBOX_COMMAND"].split()
+    again = load(LaunchConfig, "launch", argv[3:])
+    assert again.topology == cfg.topology
+
+
+def test_each_node_runs_configs_our_servers_accept():
     cfg = load(LaunchConfig, "launch", [])
-    p = plan(cfg, 2, RECIPE, [], ["gpu-a", "gpu-b"])
-    rollout, gateway = p["per_node"][0]["commands"]
-    assert load(RolloutConfig, "rollout", rollout["argv"][2:]).public_url == "http://gpu-a:8900"
-    g = load(GatewayConfig, "gateway", gateway["argv"][2:])
-    assert g.node.node_id == "gpu-a" and g.proxy.upstream.engine == "nemo_rl" and g.proxy.host == "0.0.0.0"
+    first = dict(sidecar_commands(cfg, "gpu-a", "gpu-a"))
+    other = dict(sidecar_commands(cfg, "gpu-b.cluster.local", "gpu-a"))
+    assert list(first) == ["rollout", "gateway"] and list(other) == ["gateway"]
+    assert load(RolloutConfig, "rollout", first["rollout"][2:]).public_url == "http://gpu-a:6001"
+    g = load(GatewayConfig, "gateway", other["gateway"][2:])
+    assert g.node.rollout_url == "http://gpu-a:6001" and g.proxy.port == 6000 and g.proxy.upstream.engine == "nemo_rl"
     assert g.proxy.upstream.sampling == {"temperature": 1.0, "top_p": 1.0} and g.node.capacity.run == 32
+    assert not any("token" in a for a in first["rollout"] + other["gateway"])  # tokens travel by environment
 
 
-def test_text_dry_run_and_bad_recipe_override():
-    proc = subprocess.run(
-        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--recipe", RECIPE, "--dry-run"],
-        capture_output=True,
-        text=True,
-        timeout=120,
+def test_the_control_token_reaches_servers_through_the_environment(monkeypatch):
+    monkeypatch.setenv("POLAR_CONTROL_TOKEN", "t0k3n")
+    assert load(RolloutConfig, "rollout", []).control_token == "t0k3n"
+    assert load(GatewayConfig, "gateway", []).node.control_token == "t0k3n"
+
+
+def test_a_release_that_ignores_mask_sample_is_refused():
+    done = _launch("--nodes", "2", "--dry-run", "--no-check", IMAGE, "nemo_rl.container=nvcr.io/nvidia/nemo-rl:v0.7.0")
+    assert done.returncode == 2 and "mask_sample" in done.stderr
+
+
+def test_ports_stay_in_the_band_ray_sub_leaves_to_its_sidecar():
+    with pytest.raises(ValueError, match="6000-6999"):
+        TopologyConfig(gateway_port=8800)
+    done = _launch("--nodes", "2", "--dry-run", "--no-check", IMAGE, "topology.rollout_port=8900")
+    assert done.returncode == 2 and "rollout_port" in done.stderr
+
+
+def test_the_sidecar_refuses_to_listen_beyond_loopback_without_a_token():
+    env = {k: v for k, v in os.environ.items() if k != "POLAR_CONTROL_TOKEN"} | {"SLURM_MASTER_NODE": "node-0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "sidecar"], capture_output=True, text=True, env=env
     )
-    assert proc.returncode == 0 and "## node 1 (node-1)" in proc.stdout and "ray.sub" in proc.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--recipe", RECIPE, "--dry-run"]
-        + ["grpo.num_prompts_per_stpe=4"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert bad.returncode == 2 and "grpo.num_prompts_per_stpe" in bad.stderr
+    assert done.returncode == 2 and "control token" in done.stderr
+
+
+@requires_nemo_rl
+def test_a_bad_recipe_override_stops_the_launch_before_sbatch():
+    done = _launch("--nodes", "2", "--dry-run", IMAGE, "grpo.num_prompts_per_stpe=4")
+    assert done.returncode == 2 and "grpo.num_prompts_per_stpe" in done.stderr
 
 
 def test_overrides_are_split_by_section():
     recipe, launch = split_overrides(
-        ["grpo.seed=1", "++logger.wandb.name=x", "topology.rollout_port=1", "slurm.time=1"]
+        ["grpo.seed=1", "++logger.wandb.name=x", "topology.rollout_port=6002", "slurm.time=1", "polar.container=x"]
     )
-    assert recipe == ["grpo.seed=1", "++logger.wandb.name=x"] and launch == ["topology.rollout_port=1", "slurm.time=1"]
-
-
-def test_single_topology_runs_one_gateway():
-    p = plan(load(LaunchConfig, "launch", ["topology=single"]), 2, RECIPE, [])
-    assert [c["name"] for c in p["per_node"][0]["commands"]] == ["rollout", "gateway"] and p["per_node"][1][
-        "commands"
-    ] == []
+    assert recipe == ["grpo.seed=1", "++logger.wandb.name=x"]
+    assert launch == ["topology.rollout_port=6002", "slurm.time=1", "polar.container=x"]

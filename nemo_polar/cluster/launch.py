@@ -1,106 +1,59 @@
-"""`polar launch slurm`: submit (sbatch slurm/polar_grpo.sbatch), run inside the allocation, or dry-run.
+"""`polar launch slurm` (submit NeMo-RL's ray.sub, or dry-run it) and `polar launch sidecar` (one node's part).
 
-Inside the allocation (the batch script, on the first node): start the rollout server and one gateway per node
-with `srun --overlap`, wait for the rollout server's /health and every gateway's registration, then run NeMo-RL's
-ray.sub (COMMAND = the Gym GRPO entry point on the recipe). The services it started stop when training ends.
+Submitting: the recipe is checked by NeMo-RL's own code, the NeMo-RL image is checked against the tested
+version set, a control token is minted (every process reads it from POLAR_CONTROL_TOKEN, never from an argv),
+and `sbatch ray.sub` runs with ray.sub's environment: COMMAND (NeMo-RL's Gym GRPO entry point on the recipe)
+in CONTAINER, and our sidecar (SANDBOX_COMMAND in SANDBOX_CONTAINER) on every node.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ..errors import ConfigError
-from .topology import LaunchConfig, plan
-
-
-def recipe_errors(recipe: str | Path, overrides: list[str]) -> list[dict[str, str]]:
-    from ..recipes.check import check_recipe
-
-    return check_recipe(recipe, overrides)
+from ..local.vllm_server import stop_group
+from ..nemo_rl.versions import NEMO_RL_COMMIT, ignores_mask_sample
+from .topology import TOKEN_ENV, LaunchConfig, plan, sidecar_commands
 
 
 def render_text(p: dict[str, Any]) -> str:
-    """The dry run for people: each node's commands, the readiness checks, ray.sub, sbatch."""
+    """The dry run for people: what each node's sidecar runs, ray.sub's environment, the sbatch command."""
     lines = [f"# {p['nodes']} nodes, recipe {p['recipe']}", f"# rollout server: {p['urls']['rollout']}"]
     for node in p["per_node"]:
-        lines.append(f"\n## node {node['index']} ({node['host']})")
-        lines += [f"[{c['name']}] {shlex.join(c['srun'])}" for c in node["commands"]]
-    lines.append("\n## wait for")
-    for r in p["readiness"]:
-        lines.append(f"{r['check']}: GET {r['url']}" + (f" lists {', '.join(r['expect'])}" if "expect" in r else ""))
-    lines.append("\n## training (NeMo-RL ray.sub, on the whole allocation)")
-    env = p["training"]["env"]
-    lines += [f"{k}={shlex.quote(v)} \\" for k, v in env.items()]
-    lines.append(shlex.join(p["training"]["argv"]))
-    lines.append("\n## submit")
+        lines.append(f"\n## node {node['index']} ({node['host']}), ray.sub's sidecar")
+        lines += [f"[{c['name']}] {shlex.join(c['argv'])}" for c in node["commands"]]
+    lines.append(f"\n## NeMo-RL's ray.sub on the allocation (and {p['ray_sub']['token_env']}, minted at submit)")
+    lines += [f"{k}={shlex.quote(v)} \\" for k, v in p["ray_sub"]["env"].items()]
     lines.append(shlex.join(p["sbatch"]))
     return "\n".join(lines)
 
 
-def submit(p: dict[str, Any], launch_args: list[str]) -> str:
-    env = os.environ | {"POLAR_LAUNCH_ARGS": shlex.join(launch_args)}
-    out = subprocess.run(p["sbatch"], env=env, capture_output=True, text=True, check=False)
-    if out.returncode:
-        raise ConfigError(f"sbatch failed ({out.returncode}): {out.stderr.strip()}")
-    return out.stdout.strip()
+def check_images(cfg: LaunchConfig) -> None:
+    if ignores_mask_sample(cfg.nemo_rl.container):
+        raise ConfigError(
+            f"nemo_rl.container={cfg.nemo_rl.container}: that NeMo-RL release ignores instance_config.mask_sample, "
+            f"so infrastructure failures would train as reward 0; use an image of NeMo-RL {NEMO_RL_COMMIT[:7]} "
+            "or later (README: Train with NeMo-RL)"
+        )
+    if not cfg.polar.container:
+        raise ConfigError("polar.container: the image the sidecar runs in (nemo_polar, its harnesses) is required")
 
 
-def allocation_hosts() -> list[str]:
-    nodelist = os.environ.get("SLURM_JOB_NODELIST")
-    if not nodelist:
-        raise ConfigError("--in-allocation needs SLURM_JOB_NODELIST (run it from slurm/polar_grpo.sbatch)")
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
-    return out.stdout.split()
+def check_recipe(recipe: str | Path, overrides: list[str]) -> None:
+    from ..recipes import check_recipe as judged
 
-
-def wait_ready(p: dict[str, Any], timeout_s: float, procs: list[subprocess.Popen]) -> None:
-    health, registered = p["readiness"]
-    want = set(registered["expect"])
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        dead = [proc.args for proc in procs if proc.poll() is not None]
-        if dead:
-            raise RuntimeError(f"a service exited before training started: {dead[0]}")
-        try:
-            if httpx.get(health["url"], timeout=5).status_code == 200:
-                rows = httpx.get(registered["url"], timeout=5).json()["nodes"]
-                if want <= {n.get("node_id") for n in rows if n.get("healthy", True)}:
-                    return
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
-            pass
-        time.sleep(2)
-    raise RuntimeError(f"not ready after {timeout_s:.0f}s: {health['url']} and gateways {sorted(want)}")
-
-
-def run_in_allocation(cfg: LaunchConfig, p: dict[str, Any]) -> int:
-    Path(cfg.topology.store_dir).mkdir(parents=True, exist_ok=True)
-    procs: list[subprocess.Popen] = []
-    try:
-        for node in p["per_node"]:
-            for c in node["commands"]:
-                print(f"polar launch: node {node['index']} {c['name']}: {shlex.join(c['argv'])}", flush=True)
-                procs.append(subprocess.Popen(c["srun"], start_new_session=True))
-        wait_ready(p, cfg.topology.ready_timeout_s, procs)
-        print(f"polar launch: rollout server and {len(p['readiness'][1]['expect'])} gateways ready", flush=True)
-        env = os.environ | p["training"]["env"]
-        return subprocess.run(p["training"]["argv"], env=env, check=False).returncode
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    errors = judged(recipe, overrides)
+    if errors:
+        raise ConfigError("recipe check failed:\n  " + "\n  ".join(f"{e['key']}: {e['message']}" for e in errors))
 
 
 def main_slurm(
@@ -109,22 +62,45 @@ def main_slurm(
     nodes: int,
     recipe: str,
     recipe_overrides: list[str],
-    launch_args: list[str],
+    launch_overrides: list[str],
     dry_run: bool,
-    in_allocation: bool,
-    hosts: list[str] | None,
     check: bool,
-) -> tuple[int, dict | None]:
-    """(exit code, the plan when it should be printed)."""
+) -> dict[str, Any]:
+    """The plan; submitted with `sbatch` unless `dry_run`."""
+    check_images(cfg)
     if check:
-        errors = recipe_errors(recipe, recipe_overrides)
-        if errors:
-            raise ConfigError("recipe check failed:\n  " + "\n  ".join(f"{e['key']}: {e['message']}" for e in errors))
-    if in_allocation:
-        p = plan(cfg, nodes, recipe, recipe_overrides, hosts or allocation_hosts())
-        return run_in_allocation(cfg, p), None
-    p = plan(cfg, nodes, recipe, recipe_overrides, hosts)
+        check_recipe(recipe, recipe_overrides)
+    p = plan(cfg, nodes, recipe, recipe_overrides, launch_overrides)
     if dry_run:
-        return 0, p
-    print(submit(p, launch_args), file=sys.stderr)
-    return 0, p
+        return p
+    env = os.environ | p["ray_sub"]["env"] | {TOKEN_ENV: os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)}
+    out = subprocess.run(p["sbatch"], env=env, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise ConfigError(f"sbatch failed ({out.returncode}): {out.stderr.strip()}")
+    print(out.stdout.strip(), file=sys.stderr)
+    return p
+
+
+def sidecar(cfg: LaunchConfig) -> int:
+    """One node's part, as ray.sub's sidecar: the rollout server on the first node, a gateway on every node.
+    Returns when one of them exits (the others are stopped) or on SIGTERM (all are stopped)."""
+    master = os.environ.get("SLURM_MASTER_NODE")
+    if not master:
+        raise ConfigError("polar launch sidecar runs under ray.sub, which sets SLURM_MASTER_NODE")
+    if not os.environ.get(TOKEN_ENV) and cfg.topology.bind_host not in ("127.0.0.1", "localhost"):
+        raise ConfigError(f"{TOKEN_ENV} is not set: no listening beyond loopback without a control token")
+    host = socket.gethostname().split(".")[0]
+    procs = []
+    for name, argv in sidecar_commands(cfg, host, master):
+        print(f"polar sidecar on {host}: {name}: {shlex.join(argv)}", flush=True)
+        procs.append(subprocess.Popen(argv, start_new_session=True))
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        while not stopping and all(p.poll() is None for p in procs):
+            time.sleep(1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop_group(p.pid)
+    return next((p.returncode for p in procs if p.returncode), 0)

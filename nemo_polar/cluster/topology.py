@@ -1,6 +1,12 @@
-"""Which node runs what: the rollout server on one node, a gateway per node, NeMo-RL's ray.sub for training.
+"""Which node runs what, as data: NeMo-RL's ray.sub runs training, and its per-node sidecar runs ours.
 
-`plan()` is pure: hosts, ports, URLs and every command as argv, so a dry run prints exactly what a node would run.
+ray.sub starts `SANDBOX_COMMAND` in `SANDBOX_CONTAINER` on every node of the allocation and holds the
+training driver until each node's sidecar listens on `NEMO_SKILLS_SANDBOX_PORT`. Our sidecar
+(`polar launch sidecar`) is the rollout server on the first node (`SLURM_MASTER_NODE`) and a gateway node
+on every node, the gateway listening on that port. Our ports sit in the band ray.sub leaves to the sidecar
+(6000-6999), clear of its vLLM, Ray and Gym bands.
+
+`plan()` and `sidecar_commands()` are pure: a dry run prints exactly what ray.sub and each node would run.
 """
 
 from __future__ import annotations
@@ -9,28 +15,39 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..config import Strict
-from ..recipes.schema import POLAR_AGENT_PATH, SECTIONS
+from ..nemo_rl.versions import CONTAINER
 from ..server.contracts import NodeCapacity
+
+SIDECAR_BAND = range(6000, 7000)  # ray.sub's port layout: sandbox nginx 6000, its workers 6001-6999
+LAUNCH_SECTIONS = ("topology", "slurm", "nemo_rl", "polar", "run_dir")  # every other override is the recipe's
+TOKEN_ENV = "POLAR_CONTROL_TOKEN"
 
 
 class TopologyConfig(Strict):
     """`conf/topology/*.yaml`."""
 
-    rollout_node: int = Field(0, ge=0)
-    rollout_port: int = Field(8900, ge=1, le=65535)
-    gateway_port: int = Field(8800, ge=1, le=65535)
+    gateway_port: int = Field(6000, description="every node's proxy; ray.sub's sidecar readiness port")
+    rollout_port: int = Field(6001, description="the rollout server, on the first node")
     bind_host: str = "0.0.0.0"
-    gateway_per_node: bool = True
     capacity: NodeCapacity = NodeCapacity()
     proxy: str = Field("cluster", description="the proxy group option of every gateway")
     backend: str = Field("nemo_rl", description="the backend group option of every gateway")
-    upstream_url: str = Field("http://{host}:8000", description="{host}: the gateway's node")
+    upstream_url: str = Field("http://{host}:8000", description="a gateway's own upstream; tasks name NeMo-RL's")
     store_dir: str = "runs/cluster"
-    control_token: str | None = None
-    ready_timeout_s: float = Field(900, gt=0)
+
+    @model_validator(mode="after")
+    def _ports(self) -> TopologyConfig:
+        for key in ("gateway_port", "rollout_port"):
+            if getattr(self, key) not in SIDECAR_BAND:
+                raise ValueError(
+                    f"{key}={getattr(self, key)}: must be in 6000-6999, the band ray.sub leaves to its sidecar"
+                )
+        if self.gateway_port == self.rollout_port:
+            raise ValueError("gateway_port and rollout_port must differ (both run on the first node)")
+        return self
 
 
 class SlurmConfig(Strict):
@@ -43,15 +60,15 @@ class SlurmConfig(Strict):
 
 
 class NemoRLConfig(Strict):
-    dir: str = "/opt/nemo-rl"
-    container: str = "nvcr.io/nvidia/nemo-rl:v0.7.0"
+    dir: str = Field("/opt/nemo-rl", description="a NeMo-RL checkout on a shared filesystem (holds ray.sub)")
+    container: str = Field(CONTAINER, description="an image of that checkout's commit (nemo_polar.nemo_rl.versions)")
     mounts: list[str] = Field(default_factory=list)
     entry: str = "examples/nemo_gym/run_grpo_nemo_gym.py"
 
 
 class PolarConfig(Strict):
     command: str = "polar"
-    container: str | None = None
+    container: str | None = Field(None, description="required to submit: the sidecar's image (nemo_polar, harnesses)")
     gym_root: str = "gym"
 
 
@@ -66,134 +83,106 @@ class LaunchConfig(Strict):
 
 
 REPO = Path(__file__).resolve().parents[2]
-SBATCH = REPO / "slurm" / "polar_grpo.sbatch"
 
 
 def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
-    """(recipe overrides, launch overrides): a recipe override's first key is a NeMo-RL section."""
+    """(recipe overrides, launch overrides): a launch override's first key is one of ours."""
     recipe, launch = [], []
     for item in overrides:
         head = item.lstrip("+~").split("=", 1)[0].split(".", 1)[0]
-        (recipe if head in SECTIONS else launch).append(item)
+        (launch if head in LAUNCH_SECTIONS else recipe).append(item)
     return recipe, launch
 
 
-def placeholder_hosts(nodes: int) -> list[str]:
-    return [f"node-{i}" for i in range(nodes)]
+def sidecar_commands(cfg: LaunchConfig, host: str, master: str) -> list[tuple[str, list[str]]]:
+    """What one node runs: (name, argv) for the rollout server (first node only), then its gateway.
+    The control token is never in an argv: every process reads it from POLAR_CONTROL_TOKEN."""
+    topo, polar = cfg.topology, shlex.split(cfg.polar.command)
+    store = Path(topo.store_dir).resolve()
+    rollout_url = f"http://{master}:{topo.rollout_port}"
+    out = []
+    if host.split(".")[0] == master.split(".")[0]:
+        rollout = ["serve-rollout", f"host={topo.bind_host}", f"port={topo.rollout_port}"]
+        rollout += [f"public_url={rollout_url}", f"store.path={store / 'rollout.sqlite'}"]
+        out.append(("rollout", polar + rollout))
+    c = topo.capacity
+    gateway = [
+        "serve-gateway",
+        f"proxy={topo.proxy}",
+        f"backend={topo.backend}",
+        f"node.node_id={host}",
+        f"node.rollout_url={rollout_url}",
+        f"node.public_url=http://{host}:{topo.gateway_port}",
+        f"node.root={store / 'nodes' / host}",
+        f"node.capacity={{init: {c.init}, run: {c.run}, postrun: {c.postrun}, ready: {c.ready}}}",
+        f"proxy.host={topo.bind_host}",
+        f"proxy.port={topo.gateway_port}",
+        f"proxy.store.path={store / 'nodes' / host / 'records.sqlite'}",
+        f"proxy.upstream.url={topo.upstream_url.format(host=host)}",
+    ]
+    out.append(("gateway", polar + gateway))
+    return out
 
 
-def _srun(cfg: LaunchConfig, host: str, argv: list[str]) -> list[str]:
-    out = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={host}"]
-    if cfg.polar.container:
-        out += [
-            f"--container-image={cfg.polar.container}",
-            f"--container-mounts={_mounts(cfg)}",
-            "--no-container-mount-home",
-        ]
-    return out + argv
-
-
-def _mounts(cfg: LaunchConfig, recipe: Path | None = None) -> str:
-    dirs = [cfg.nemo_rl.dir, str(REPO)] + ([str(recipe.parent)] if recipe else [])
-    pairs = [f"{d}:{d}" for d in dict.fromkeys(dirs)] + list(cfg.nemo_rl.mounts)
-    return ",".join(pairs)
+def _mounts(dirs: list[str], extra: list[str]) -> str:
+    return ",".join([f"{d}:{d}" for d in dict.fromkeys(dirs)] + list(extra))
 
 
 def plan(
-    cfg: LaunchConfig, nodes: int, recipe: str | Path, recipe_overrides: list[str], hosts: list[str] | None = None
+    cfg: LaunchConfig,
+    nodes: int,
+    recipe: str | Path,
+    recipe_overrides: list[str],
+    launch_overrides: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
-    """Everything a launch does, as data: per-node commands, readiness checks, the ray.sub invocation, sbatch."""
+    """Everything a launch does, as data: ray.sub's environment, the sbatch command, each node's sidecar."""
     topo = cfg.topology
-    hosts = list(hosts or placeholder_hosts(nodes))
-    if len(hosts) != nodes:
-        raise ValueError(f"--nodes {nodes} but {len(hosts)} hosts: {hosts}")
-    if topo.rollout_node >= nodes:
-        raise ValueError(f"topology.rollout_node={topo.rollout_node} is not one of {nodes} nodes")
     recipe = Path(recipe).resolve()
-    store = Path(topo.store_dir).resolve()
-    head = hosts[topo.rollout_node]
-    rollout_url = f"http://{head}:{topo.rollout_port}"
-    polar = shlex.split(cfg.polar.command)
-    token = [f"control_token={topo.control_token}"] if topo.control_token else []
-    per_node: list[dict[str, Any]] = [{"index": i, "host": h, "commands": []} for i, h in enumerate(hosts)]
-
-    rollout = (
-        polar
-        + [
-            "serve-rollout",
-            f"host={topo.bind_host}",
-            f"port={topo.rollout_port}",
-            f"public_url={rollout_url}",
-            f"store.path={store / 'rollout.sqlite'}",
-        ]
-        + token
-    )
-    per_node[topo.rollout_node]["commands"].append(
-        {"name": "rollout", "argv": rollout, "srun": _srun(cfg, head, rollout), "url": rollout_url}
-    )
-    gateways = []
-    for i, host in enumerate(hosts):
-        if not topo.gateway_per_node and i != topo.rollout_node:
-            continue
-        public = f"http://{host}:{topo.gateway_port}"
-        c = topo.capacity
-        argv = (
-            polar
-            + [
-                "serve-gateway",
-                f"proxy={topo.proxy}",
-                f"backend={topo.backend}",
-                f"node.node_id={host}",
-                f"node.rollout_url={rollout_url}",
-                f"node.public_url={public}",
-                f"node.root={store / 'nodes' / host}",
-                f"node.capacity={{init: {c.init}, run: {c.run}, postrun: {c.postrun}, ready: {c.ready}}}",
-                f"proxy.host={topo.bind_host}",
-                f"proxy.port={topo.gateway_port}",
-                f"proxy.store.path={store / 'nodes' / host / 'records.sqlite'}",
-                f"proxy.upstream.url={topo.upstream_url.format(host=host)}",
-            ]
-            + ([f"node.control_token={topo.control_token}"] if topo.control_token else [])
-        )
-        per_node[i]["commands"].append(
-            {"name": "gateway", "argv": argv, "srun": _srun(cfg, host, argv), "url": public}
-        )
-        gateways.append(host)
-
-    overrides = [
-        f"cluster.num_nodes={nodes}",
-        f"cluster.gpus_per_node={cfg.slurm.gpus_per_node}",
-        f"{POLAR_AGENT_PATH}.rollout_url={rollout_url}",
-    ] + list(recipe_overrides)
-    train = ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + overrides
+    store = str(Path(topo.store_dir).resolve())
     gym_root = Path(cfg.polar.gym_root)
     gym_root = gym_root if gym_root.is_absolute() else REPO / gym_root
-    command = f"cd {shlex.quote(cfg.nemo_rl.dir)} && NEMO_GYM_EXTRA_ROOTS={shlex.quote(str(gym_root))} " + shlex.join(
-        train
+    overrides = [f"cluster.num_nodes={nodes}", f"cluster.gpus_per_node={cfg.slurm.gpus_per_node}"]
+    overrides += list(recipe_overrides)
+    train = ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + overrides
+    # The driver runs on the first node, where the rollout server is; the recipe reads its URL from here.
+    driver_env = {
+        "NEMO_RL_DIR": cfg.nemo_rl.dir,
+        "NEMO_GYM_EXTRA_ROOTS": str(gym_root),
+        "POLAR_ROLLOUT_URL": f"http://$(hostname):{topo.rollout_port}",
+    }
+    command = f"cd {shlex.quote(cfg.nemo_rl.dir)} && " + " ".join(
+        f"{k}={v if k == 'POLAR_ROLLOUT_URL' else shlex.quote(v)}" for k, v in driver_env.items()
     )
-    ray_env = {
+    command += " " + shlex.join(train)
+    # the sidecar composes the same launch config from the same overrides
+    sidecar = shlex.split(cfg.polar.command) + ["launch", "sidecar"] + list(launch_overrides)
+    env = {
         "COMMAND": command,
         "CONTAINER": cfg.nemo_rl.container,
-        "MOUNTS": _mounts(cfg, recipe),
+        "MOUNTS": _mounts([cfg.nemo_rl.dir, str(REPO), str(recipe.parent), store], cfg.nemo_rl.mounts),
         "GPUS_PER_NODE": str(cfg.slurm.gpus_per_node),
         "BASE_LOG_DIR": str(Path(cfg.run_dir).resolve()),
+        "SANDBOX_CONTAINER": cfg.polar.container or "",
+        "SANDBOX_COMMAND": shlex.join(sidecar),
+        "SANDBOX_EXTRA_MOUNTS": _mounts([str(REPO), store], []),
+        "NEMO_SKILLS_SANDBOX_PORT": str(topo.gateway_port),
     }
-    ray_sub = str(Path(cfg.nemo_rl.dir) / "ray.sub")
     sbatch = ["sbatch", f"--nodes={nodes}", f"--gres=gpu:{cfg.slurm.gpus_per_node}", f"--time={cfg.slurm.time}"]
     sbatch += [f"--job-name={cfg.slurm.job_name}"]
     sbatch += [f"--account={cfg.slurm.account}"] if cfg.slurm.account else []
     sbatch += [f"--partition={cfg.slurm.partition}"] if cfg.slurm.partition else []
-    sbatch += list(cfg.slurm.extra_args) + [str(SBATCH)]
+    sbatch += list(cfg.slurm.extra_args) + [str(Path(cfg.nemo_rl.dir) / "ray.sub")]
+    hosts = [f"node-{i}" for i in range(nodes)]  # SLURM names them; the sidecar reads its own
+    per_node = [
+        {"index": i, "host": h, "commands": [{"name": n, "argv": a} for n, a in sidecar_commands(cfg, h, hosts[0])]}
+        for i, h in enumerate(hosts)
+    ]
     return {
         "nodes": nodes,
-        "hosts": hosts,
         "recipe": str(recipe),
-        "urls": {"rollout": rollout_url, "gateways": {h: f"http://{h}:{topo.gateway_port}" for h in gateways}},
-        "per_node": per_node,
-        "readiness": [
-            {"check": "rollout_health", "url": f"{rollout_url}/health", "timeout_s": topo.ready_timeout_s},
-            {"check": "gateways_registered", "url": f"{rollout_url}/nodes", "expect": gateways},
-        ],
-        "training": {"argv": ["bash", ray_sub], "env": ray_env, "recipe_overrides": overrides},
+        "recipe_overrides": overrides,
+        "urls": {"rollout": f"http://<first node>:{topo.rollout_port}", "gateway_port": topo.gateway_port},
+        "ray_sub": {"env": env, "token_env": TOKEN_ENV},
         "sbatch": sbatch,
+        "per_node": per_node,
     }

@@ -1,6 +1,5 @@
-"""NeMo-RL GRPO recipes (`recipes/*.yaml`): loaded the way NeMo-RL loads them, checked against its schema."""
+"""NeMo-RL GRPO recipes (`recipes/*.yaml`), judged by NeMo-RL's own code and checked at the seam with ours."""
 
-from .check import check, check_recipe
-from .loader import apply_overrides, load_recipe
+from .check import POLAR_AGENT_PATH, check, check_recipe, check_recipes
 
-__all__ = ["apply_overrides", "check", "check_recipe", "load_recipe"]
+__all__ = ["POLAR_AGENT_PATH", "check", "check_recipe", "check_recipes"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.config import ProxyConfig
-from nemo_polar.local.vllm_server import DEPS, ROOT, TINY_MODEL, VLLM_PYTHON, VLLMServer, stop_group
+from nemo_polar.local.vllm_server import DEPS, ROOT, stop_group
 from nemo_polar.proxy.app import Proxy
 from nemo_polar.proxy.serve import free_port
 from nemo_polar.server.gateway.node import GatewayNode, NodeConfig, NodeThread

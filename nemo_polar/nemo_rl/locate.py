@@ -1,0 +1,105 @@
+"""NeMo-RL found, not copied: the checkout `NEMO_RL_DIR` names, run in a Python that imports it.
+
+The checkout is `NEMO_RL_DIR` (the same setting `polar launch slurm` uses). Its Python is
+`NEMO_RL_PYTHON`, else the checkout's own `.venv` (what `uv sync` makes there), else the CPU
+environment `scripts/setup.sh nemo_rl` builds (`.deps/nemo_rl`, enough to import NeMo-RL and run its
+config and post-processing code on this machine). `call` runs `worker.py` there: NeMo-RL's code
+judges our recipes and our Gym results, in its own process, with JSON across.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..local.vllm_server import DEPS
+
+WORKER = Path(__file__).with_name("worker.py")
+HOW = (
+    "set NEMO_RL_DIR to a NeMo-RL checkout (and NEMO_RL_PYTHON to a Python that imports it, unless the "
+    "checkout has its own .venv); scripts/setup.sh nemo_rl builds a CPU one in .deps/nemo_rl"
+)
+
+
+class NemoRLNotFound(ConfigError):
+    """No NeMo-RL checkout, or no Python to run it with."""
+
+
+class NemoRLFailed(RuntimeError):
+    """NeMo-RL's code could not run (not: it judged something wrong, which is an answer)."""
+
+
+@dataclass(frozen=True)
+class NemoRL:
+    dir: Path
+    python: Path
+
+    @property
+    def commit(self) -> str | None:
+        """The checkout's commit, when it is a git checkout."""
+        head = self.dir / ".git" / "HEAD"
+        if not head.is_file():
+            return None
+        ref = head.read_text().strip()
+        if not ref.startswith("ref: "):
+            return ref
+        target = self.dir / ".git" / ref[5:]
+        return target.read_text().strip() if target.is_file() else None
+
+    def call(self, command: str, payload: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
+        """Run one worker command in NeMo-RL's Python; its JSON answer."""
+        env = os.environ | {
+            "NEMO_RL_DIR": str(self.dir),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(self.dir), os.environ.get("PYTHONPATH")) if p),
+            # the checkout may be read-only: keep NeMo-RL's bytecode beside its environment
+            "PYTHONPYCACHEPREFIX": str(DEPS / "nemo_rl_pycache"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "WANDB_MODE": "disabled",
+        }
+        done = subprocess.run(
+            [str(self.python), str(WORKER), command],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
+        try:
+            answer = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            raise NemoRLFailed(
+                f"NeMo-RL ({self.python}) exited {done.returncode} without an answer:\n{done.stderr[-4000:]}"
+            ) from None
+        if "failure" in answer:
+            raise NemoRLFailed(f"NeMo-RL failed on {command}: {answer['failure']}\n{answer.get('traceback', '')}")
+        return answer
+
+
+def _python(checkout: Path) -> Path | None:
+    named = os.environ.get("NEMO_RL_PYTHON")
+    if named:
+        return Path(named)
+    for candidate in (checkout / ".venv" / "bin" / "python", DEPS / "nemo_rl" / "bin" / "python"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def locate() -> NemoRL:
+    """The NeMo-RL this machine is pointed at, or NemoRLNotFound saying how to point at one."""
+    named = os.environ.get("NEMO_RL_DIR")
+    if not named:
+        raise NemoRLNotFound(f"NeMo-RL not found: NEMO_RL_DIR is not set; {HOW}")
+    checkout = Path(named).expanduser().resolve()
+    if not (checkout / "nemo_rl" / "__init__.py").is_file():
+        raise NemoRLNotFound(f"NeMo-RL not found: {checkout} holds no nemo_rl package; {HOW}")
+    python = _python(checkout)
+    if python is None or not python.exists():
+        raise NemoRLNotFound(f"NeMo-RL at {checkout} has no Python to run it with; {HOW}")
+    return NemoRL(checkout, python)
