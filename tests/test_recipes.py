@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,14 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nemo_polar.nemo_rl import NemoRLNotFound, locate
 from nemo_polar.recipes.check import POLAR_AGENT_PATH, RECIPES_DIR, SEAM, PolarAgentConfig
 
-try:
-    NEMO_RL = locate()
-except NemoRLNotFound as exc:
-    NEMO_RL, WHY = None, str(exc)
-requires_nemo_rl = pytest.mark.skipif(NEMO_RL is None, reason=WHY if NEMO_RL is None else "")
+from .conftest import NEMO_RL, requires_nemo_rl
 
 BASE = RECIPES_DIR / "grpo_qwen3.5_4b_polar_swe.yaml"
 VARIANT = RECIPES_DIR / "grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
@@ -132,7 +128,7 @@ def test_a_bad_recipe_fails_the_cli_by_key(tmp_path):
 
 
 def test_without_nemo_rl_the_check_says_how_to_point_at_one(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("NEMO_RL_DIR", "NEMO_RL_PYTHON")}
+    env = {k: v for k, v in os.environ.items() if k not in ("NEMO_RL_DIR", "NEMO_RL_PYTHON")}
     done = _cli(env=env)
     report = json.loads(done.stdout)
     assert done.returncode == 1 and report["nemo_rl"] is None and not report["ok"]

@@ -15,7 +15,7 @@ from nemo_polar.config import load
 from nemo_polar.server.gateway.node import GatewayConfig
 from nemo_polar.server.rollout import RolloutConfig
 
-from .test_recipes import requires_nemo_rl
+from .conftest import requires_nemo_rl
 
 RECIPE = "recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
 IMAGE = "polar.container=registry.example/nemo-polar:1"

@@ -97,6 +97,8 @@ def task_from_row(row: dict[str, Any], defaults: dict[str, Any]) -> TaskSpec:
     spec.update(polar)
     spec.setdefault("fields", {k: v for k, v in row.items() if k not in GYM_ROW_KEYS and not k.startswith("_ng_")})
     params = row.get("responses_create_params") or {}
+    if params.get("max_output_tokens") is not None:  # NeMo-RL writes min(row, max_new_tokens) into every row
+        spec.setdefault("max_output_tokens", int(params["max_output_tokens"]))
     spec["metadata"] = {
         **(spec.get("metadata") or {}),
         "gym": {k: row[k] for k in ("_ng_task_index", "_ng_rollout_index", "_ng_rollout_id") if k in row},
@@ -105,6 +107,27 @@ def task_from_row(row: dict[str, Any], defaults: dict[str, Any]) -> TaskSpec:
     }
     spec.update(task_id=f"{prefix}-{uuid.uuid4().hex[:12]}", instruction=instruction_of(row), num_samples=1)
     return TaskSpec.model_validate(spec)
+
+
+class Groups:
+    """The GRPO group of each `/run`. NeMo Gym and NeMo-RL repeat a row once per sample and call `/run`
+    for each; the repeats of one row share `_ng_task_index`. The samples of a row seen so far form its
+    open group until `size` of them arrived; the next one opens a new group (the row in a later step).
+    Without a size or a task index there is no group: each sample stands alone, as before."""
+
+    def __init__(self, size: int | None):
+        self.size = size
+        self._open: dict[str, tuple[str, int]] = {}
+
+    def of(self, row: dict[str, Any]) -> str | None:
+        index = row.get("_ng_task_index")
+        if not self.size or index is None:
+            return None
+        group, seen = self._open.get(str(index), ("", self.size))
+        if seen >= self.size:
+            group, seen = f"group-{uuid.uuid4().hex[:12]}", 0
+        self._open[str(index)] = (group, seen + 1)
+        return group
 
 
 # --- the rollout server ---------------------------------------------------------------------------
@@ -196,6 +219,14 @@ class Verdict:
 
 def masked(kind: str, reason: str) -> Verdict:
     return Verdict(0.0, True, kind, reason[:2000])
+
+
+def timeout_policy(judged: Verdict, timeout_reward: str) -> Verdict:
+    """An agent that ran out of time: masked (`mask`, the default: a timeout says as much about the
+    machine as about the policy) or a reward of 0 that trains (`zero`, as the reference system does)."""
+    if timeout_reward == "zero" and judged.mask_sample and judged.failure_kind == "agent_timeout":
+        return Verdict(0.0, failure_kind="agent_timeout", failure_reason=judged.failure_reason)
+    return judged
 
 
 def verdict(session: dict[str, Any]) -> Verdict:

@@ -81,6 +81,23 @@ class NemoRL:
         return answer
 
 
+    def postprocess(
+        self, rows: list[dict], results: list[dict], num_generations: int, tokenizer: str | Path, **options: Any
+    ) -> list[dict[str, Any]]:
+        """Gym `/run` results as NeMo-RL's Gym rollout loop turns them into training data (worker.py:
+        its contiguity check, message logs, reward, mask_sample, reward components and penalties).
+        One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it."""
+        payload = {"rows": rows, "results": results, "num_generations": num_generations, "tokenizer": str(tokenizer)}
+        answer = self.call("postprocess", payload | options)
+        out: list[dict[str, Any]] = [{} for _ in results]
+        for group in answer["groups"]:
+            for i, sample in enumerate(group["samples"]):
+                out[group["group"] * num_generations + i] = sample
+        for error in answer["errors"]:
+            out[error["row"]] = {"error": error["message"]}
+        return out
+
+
 def _python(checkout: Path) -> Path | None:
     named = os.environ.get("NEMO_RL_PYTHON")
     if named:

@@ -124,18 +124,24 @@ def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
         group = accumulator.add(index, converted)
         if group is None:
             continue
-        done = _postprocess_single_nemo_gym_group(
-            nemo_gym_rows=group.rows,
-            results=group.results,
-            timer=Timer(),
-            timer_prefix="polar",
-            policy_generation=generation,
-            input_batch=BatchedDataDict({"loss_multiplier": torch.ones(len(group.rows))}),
-            tokenizer=tokenizer,
-            log_full_result_tables=False,
-            reward_penalty_config=payload.get("reward_penalties"),
-            mask_env_flagged_samples=env.get("should_mask_flagged_samples") is not False,
-        )
+        try:
+            done = _postprocess_single_nemo_gym_group(
+                nemo_gym_rows=group.rows,
+                results=group.results,
+                timer=Timer(),
+                timer_prefix="polar",
+                policy_generation=generation,
+                input_batch=BatchedDataDict({"loss_multiplier": torch.ones(len(group.rows))}),
+                tokenizer=tokenizer,
+                log_full_result_tables=False,
+                reward_penalty_config=payload.get("reward_penalties"),
+                mask_env_flagged_samples=env.get("should_mask_flagged_samples") is not False,
+            )
+        except (AssertionError, ValueError) as exc:  # e.g. reward components that do not sum to the reward
+            first = group.group_index * num_generations
+            for row in range(first, first + num_generations):
+                errors.append({"row": row, "message": f"{type(exc).__name__}: {exc}"[:4000]})
+            continue
         batch = done.final_batch
         mask = batch.get("mask_sample")
         groups.append(

@@ -58,6 +58,8 @@ class PolarAgentConfig(Strict):
     backend: BackendConfig = BackendConfig(engine="nemo_rl")
     session_timeout_s: float = Field(2400, gt=0)
     agent_timeout_s: float = Field(1800, gt=0)
+    group_size: int | None = Field(None, ge=1)
+    early_stop_k: int | None = Field(None, ge=1)
     timeout_reward: Literal["mask", "zero"] = "mask"
     model_server: ModelServerRef = ModelServerRef()
     resources_server: ResourcesServerRef | None = None

@@ -96,6 +96,11 @@ class TaskSpec(Strict):
     session_timeout_s: float = Field(1800, gt=0, description="from the start of INIT to the result")
     agent_timeout_s: float = Field(1200, gt=0, description="the harness's own run; time in READY does not count")
     early_stop_k: int | None = Field(None, ge=1, description="cancel stragglers once k sessions are done")
+    group_id: str | None = Field(
+        None,
+        description="the GRPO group when its samples come as one task each (NeMo Gym's /run): early stop and "
+        "the choice of inference server then count the whole group",
+    )
     callback_url: str | None = Field(None, description="POSTed the task result when every session is final")
     upstream_url: str | None = Field(
         None, description="this task's inference server instead of the node's (NeMo-RL's vLLM, known at run time)"

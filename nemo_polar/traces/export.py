@@ -10,8 +10,8 @@ all three on the call's last item. Untrained segments (sampled spans trained in 
 are not calls here: their tokens are part of the next call's prompt, masked like tool output.
 Response tokens after the last trained token are not in the output (NeMo-RL drops them anyway);
 a call that sampled no tokens is an item with empty generation_token_ids, which NeMo-RL skips.
-`nemo_polar.traces.nemo_rl.flatten` of the result gives `prompt_ids + response_ids[:end]` with
-`loss_mask` and `response_logprobs` on the response part.
+NeMo-RL's own post-processing of the result gives `prompt_ids + response_ids[:end]` with `loss_mask` and
+`response_logprobs` on the response part (tests/traces/test_export.py runs it on every export shape).
 
 JSONL (`write_jsonl`, `read_jsonl`)
 -----------------------------------
@@ -100,13 +100,15 @@ def _trained_segments(trace: Trace) -> list[Segment]:
 def gym_output_items(trace: Trace, records: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """NeMo Gym `/run` response output items for one trace: the items of each trained call.
 
-    `records` (record id -> CompletionRecord) supplies the calls' text, reasoning and tool calls;
-    without it each call is one assistant message with empty text (NeMo-RL reads only tokens).
+    Each call's text, reasoning and tool calls come from `records` (record id -> CompletionRecord), else
+    from the trace's own `metadata["messages"]` (record id -> message, kept by the gateway node), so
+    NeMo-RL's text-based checks and penalties see what the model said; without either, empty text.
     """
     check_trace(trace)
+    kept = trace.metadata.get("messages") or {}
     items: list[dict[str, Any]] = []
     for seg in _trained_segments(trace):
-        call = _call_items(seg.record_id, _message(records, seg.record_id))
+        call = _call_items(seg.record_id, _message(records, seg.record_id) or kept.get(seg.record_id) or {})
         call[-1].update(  # Gym puts the token fields on the last item of each model call
             prompt_token_ids=list(trace.prompt_ids) + list(trace.response_ids[: seg.start]),
             generation_token_ids=list(trace.response_ids[seg.start : seg.end]),

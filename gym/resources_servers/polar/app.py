@@ -8,13 +8,14 @@ that result back from the rollout server: the session is named in the response's
 (`polar_task_id`), which polar_agent sets. Infrastructure failures (the session did not complete,
 the evaluator could not judge, the rollout server is unreachable) are masked, never scored 0.
 
-`/seed_session` and `/close_session` keep Gym 0.7.0's session contract: a typed seed is
-idempotent (the same request twice gives the same answer), a close is idempotent and also succeeds
-for a session never seeded, and a seed after its close is refused. The legacy seed an agent's
-`/run` sends (the row) keeps no state and answers `{}`.
+It runs under Gym 0.5.1 (what NeMo-RL pins) and 0.7.0. Where Gym 0.7.0 has typed resources
+sessions, `/seed_session` and `/close_session` keep its contract: a typed seed is idempotent (the
+same request twice gives the same answer), a close is idempotent and also succeeds for a session
+never seeded, and a seed after its close is refused. The legacy seed an agent's `/run` sends (the
+row), the only kind 0.5.1 has, keeps no state and answers `{}`.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi import HTTPException
 from nemo_gym.base_resources_server import (
@@ -23,16 +24,24 @@ from nemo_gym.base_resources_server import (
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
-    ResourcesCloseSessionRequest,
-    ResourcesCloseSessionResponse,
-    ResourcesSeedSessionRequest,
-    ResourcesSeedSessionResponse,
     SimpleResourcesServer,
 )
 from nemo_gym.server_utils import is_nemo_gym_fastapi_entrypoint
 from pydantic import ConfigDict, PrivateAttr
 
 from nemo_polar.env import gym as polar_gym
+
+try:  # Gym 0.7.0's typed resources sessions
+    from nemo_gym.base_resources_server import (
+        ResourcesCloseSessionRequest,
+        ResourcesCloseSessionResponse,
+        ResourcesSeedSessionRequest,
+        ResourcesSeedSessionResponse,
+    )
+
+    TYPED_SESSIONS = True
+except ImportError:  # Gym 0.5.1: the legacy seed only (SimpleResourcesServer's own)
+    TYPED_SESSIONS = False
 
 
 class PolarResourcesServerConfig(BaseResourcesServerConfig):
@@ -50,7 +59,7 @@ class PolarVerifyResponse(BaseVerifyResponse):
 
 
 class PolarResourcesServer(SimpleResourcesServer):
-    ray_enabled = False
+    ray_enabled: ClassVar[bool] = False  # Gym 0.7.0 reads it; 0.5.1 has no such attribute
     config: PolarResourcesServerConfig
     _client: Any = PrivateAttr(default=None)
     _seeded: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
@@ -59,23 +68,27 @@ class PolarResourcesServer(SimpleResourcesServer):
     def model_post_init(self, __context: Any) -> None:
         self._client = polar_gym.RolloutClient(self.config.rollout_url, self.config.control_token)
 
-    async def seed_session(
-        self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
-    ) -> ResourcesSeedSessionResponse | BaseSeedSessionResponse:
-        if not isinstance(body, ResourcesSeedSessionRequest):
-            return BaseSeedSessionResponse()
-        sid = body.resources_session_id
-        if sid in self._closed:
-            raise HTTPException(409, f"resources session {sid} is closed")
-        seed = body.model_dump(mode="json")
-        if self._seeded.setdefault(sid, seed) != seed:
-            raise HTTPException(409, f"resources session {sid} is already seeded with another request")
-        return ResourcesSeedSessionResponse(resources_session_id=sid)
+    if TYPED_SESSIONS:
 
-    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
-        self._seeded.pop(body.resources_session_id, None)
-        self._closed.add(body.resources_session_id)
-        return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
+        async def seed_session(
+            self, body: ResourcesSeedSessionRequest | BaseSeedSessionRequest
+        ) -> ResourcesSeedSessionResponse | BaseSeedSessionResponse:
+            if not isinstance(body, ResourcesSeedSessionRequest):
+                return BaseSeedSessionResponse()
+            sid = body.resources_session_id
+            if sid in self._closed:
+                raise HTTPException(409, f"resources session {sid} is closed")
+            seed = body.model_dump(mode="json")
+            if self._seeded.setdefault(sid, seed) != seed:
+                raise HTTPException(409, f"resources session {sid} is already seeded with another request")
+            return ResourcesSeedSessionResponse(resources_session_id=sid)
+
+        async def close_resources_session(
+            self, body: ResourcesCloseSessionRequest
+        ) -> ResourcesCloseSessionResponse:
+            self._seeded.pop(body.resources_session_id, None)
+            self._closed.add(body.resources_session_id)
+            return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
     async def verify(self, body: PolarVerifyRequest) -> PolarVerifyResponse:
         task_id = (body.response.metadata or {}).get(polar_gym.META_TASK)

@@ -18,7 +18,7 @@ side file named in the result's `polar.other_chains_path` (see `nemo_polar.env.g
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from fastapi import HTTPException, Request
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
@@ -56,6 +56,12 @@ class PolarAgentConfig(BaseResponsesAPIAgentConfig):
     agent_timeout_s: float = 1200
     # What the node's proxy pins (conf/backend): checked against the row's pair, which NeMo-RL sets.
     backend: dict[str, Any] = {}
+    # GRPO groups: NeMo-RL repeats each row `group_size` times (recipe: ${grpo.num_generations_per_prompt});
+    # the samples of a row become one group on the rollout server, sent to one inference server, and
+    # `early_stop_k` cancels the group's stragglers (masked) once k of its samples completed.
+    group_size: int | None = None
+    early_stop_k: int | None = None
+    timeout_reward: Literal["mask", "zero"] = "mask"  # an agent out of time: masked, or reward 0 that trains
     poll_interval_s: float = 1.0
     wait_grace_s: float = 120.0  # waited past session_timeout_s before the rollout is masked
     chains_dir: str | None = None  # other chains' side files; default: beside the node's traces
@@ -71,19 +77,25 @@ class PolarVerifyResponse(BaseVerifyResponse):
 
 
 class PolarAgent(SimpleResponsesAPIAgent):
-    ray_enabled = False
+    ray_enabled: ClassVar[bool] = False  # Gym 0.7.0 reads it; 0.5.1 has no such attribute
     config: PolarAgentConfig
     _client: Any = PrivateAttr(default=None)
     _sem: Any = PrivateAttr(default=None)
+    _groups: Any = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         self._client = polar_gym.RolloutClient(
             self.config.rollout_url, self.config.control_token, self.config.poll_interval_s
         )
         self._sem = asyncio.Semaphore(self.config.concurrency)
+        self._groups = polar_gym.Groups(self.config.group_size)
 
     async def responses(self, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
         raise HTTPException(501, "polar_agent runs whole sessions through /run; the harness owns the model loop")
+
+    @property
+    def _skip_verification(self) -> bool:
+        return bool(getattr(self.config, "skip_verification", False))  # Gym 0.7.0's key; 0.5.1 has none
 
     def _task_defaults(self) -> dict[str, Any]:
         c = self.config
@@ -127,7 +139,10 @@ class PolarAgent(SimpleResponsesAPIAgent):
         except ValueError as exc:  # a malformed row: the task cannot even be stated
             return polar_gym.unavailable_result(row, "invalid-row", f"invalid row: {exc}")
         self._check_sampling(row)
-        task.upstream_url = polar_gym.pick_upstream(self._upstreams(), task.task_id)
+        task.group_id = self._groups.of(row)
+        task.early_stop_k = self.config.early_stop_k if task.group_id else None
+        # the group's samples share one server: their common prompt stays in its prefix cache
+        task.upstream_url = polar_gym.pick_upstream(self._upstreams(), task.group_id or task.task_id)
         if task.upstream_url and self._global(self.config.upstream_model_key):
             task.upstream_model = str(self._global(self.config.upstream_model_key))
         cookies = await self._seed(request, row)
@@ -138,10 +153,11 @@ class PolarAgent(SimpleResponsesAPIAgent):
             await self._client.cancel(task.task_id)
             return polar_gym.unavailable_result(row, task.task_id, str(exc))
         out = polar_gym.rollout_output(session, task_id=task.task_id, chains_dir=self.config.chains_dir)
-        return polar_gym.assemble(row, out, await self._verify(row, out.response, session, cookies))
+        judged = await self._verify(row, out.response, session, cookies)
+        return polar_gym.assemble(row, out, polar_gym.timeout_policy(judged, self.config.timeout_reward))
 
     async def _seed(self, request: Request, row: dict[str, Any]) -> Any:
-        if self.config.resources_server is None or self.config.skip_verification:
+        if self.config.resources_server is None or self._skip_verification:
             return request.cookies
         r = await self.server_client.post(
             server_name=self.config.resources_server.name, url_path="/seed_session", json=row, cookies=request.cookies
@@ -152,7 +168,7 @@ class PolarAgent(SimpleResponsesAPIAgent):
         self, row: dict[str, Any], response: dict[str, Any], session: dict[str, Any], cookies: Any
     ) -> polar_gym.Verdict:
         """The resources server's verdict; the session's own when verification is off or fails."""
-        if self.config.skip_verification or self.config.resources_server is None:
+        if self._skip_verification or self.config.resources_server is None:
             return polar_gym.verdict(session)
         try:
             r = await self.server_client.post(

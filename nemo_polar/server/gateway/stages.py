@@ -176,7 +176,11 @@ class HarnessStages:
         stats, traces_path = {}, None
         if session_id is not None:
             self.proxy.store.flush()
-            built = build(self.proxy.store.records(session_id), task.builder)
+            records = self.proxy.store.records(session_id)
+            built = build(records, task.builder)
+            messages = {r.id: r.message for r in records if r.message}
+            for trace in built.traces:  # each call's text travels with its trace (NeMo-RL's text checks read it)
+                trace.metadata["messages"] = {rid: messages[rid] for rid in trace.record_ids if rid in messages}
             traces_path = str(self.root / "traces" / f"{session.session_id}.jsonl")
             Path(traces_path).parent.mkdir(parents=True, exist_ok=True)
             write_jsonl(built, traces_path, session_id=session.session_id)

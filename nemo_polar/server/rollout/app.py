@@ -337,8 +337,7 @@ class RolloutServer:
         self._emit_session(outcome.session, "result")
         if outcome.task_finished:
             self._task_finished(result.task_id)
-        else:
-            self._early_stop(result.task_id)
+        self._early_stop(result.task_id)
         return json_response({"status": "accepted", "duplicate": False})
 
     @route(control=True)
@@ -358,17 +357,27 @@ class RolloutServer:
         return json_response(s.as_json())
 
     def _early_stop(self, task_id: str) -> None:
-        """Once `early_stop_k` sessions completed, the stragglers are cancelled (masked, never scored 0)."""
+        """Once `early_stop_k` sessions of the task completed, or of its GRPO group when its samples came
+        as one task each, the stragglers are cancelled (masked, never scored 0)."""
         task = self.store.task(task_id)
-        k = task.spec.early_stop_k
-        if k is None or task.status != "running" or self.store.counts(task_id).get("completed", 0) < k:
+        k, group = task.spec.early_stop_k, task.spec.group_id
+        if k is None:
             return
-        moved = self.store.cancel(task_id, f"early stop: {k} sessions completed", task_status="completed")
-        for s in moved:
-            self._emit_session(s, "early stop")
-        self._stop_on_nodes(moved)
-        if moved:
-            self._task_finished(task_id)
+        if group is None:
+            done, tasks = self.store.counts(task_id).get("completed", 0), [task]
+        else:
+            done, tasks = self.store.group_completed(group), self.store.group(group)
+        if done < k:
+            return
+        for t in tasks:
+            if t.status != "running":
+                continue
+            moved = self.store.cancel(t.id, f"early stop: {k} sessions completed", task_status="completed")
+            for s in moved:
+                self._emit_session(s, "early stop")
+            self._stop_on_nodes(moved)
+            if moved:
+                self._task_finished(t.id)
 
     def _stop_on_nodes(self, sessions: list[SessionRow]) -> None:
         """Cancelled here, so the nodes stop them too and free their slots (their late results are ignored)."""

@@ -205,11 +205,17 @@ class RolloutStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path)
         self._conn.executescript(_SCHEMA)
+        self._add_column("tasks", "group_id", "TEXT")  # stores written before GRPO groups spanned tasks
+        self._conn.execute("CREATE INDEX IF NOT EXISTS tasks_by_group ON tasks(group_id)")
         self._lock = threading.RLock()  # one connection, shared by the event loop and helper threads
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    def _add_column(self, table: str, column: str, kind: str) -> None:
+        if column not in {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}:
+            self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -241,8 +247,17 @@ class RolloutStore:
             if c.execute("SELECT 1 FROM tasks WHERE id=?", (task_id,)).fetchone():
                 raise Conflict(f"task {task_id!r} was already submitted: task ids are unique, submit under a new id")
             c.execute(
-                "INSERT INTO tasks(id, spec, status, priority, session_timeout_s, created_at) VALUES (?,?,?,?,?,?)",
-                (task_id, orjson.dumps(spec.model_dump()), "running", spec.priority, spec.session_timeout_s, now),
+                "INSERT INTO tasks(id, spec, status, priority, session_timeout_s, created_at, group_id)"
+                " VALUES (?,?,?,?,?,?,?)",
+                (
+                    task_id,
+                    orjson.dumps(spec.model_dump()),
+                    "running",
+                    spec.priority,
+                    spec.session_timeout_s,
+                    now,
+                    spec.group_id,
+                ),
             )
             c.executemany(f"INSERT INTO sessions({_SESSION_COLS}) VALUES (?,?,?,?,?,?,?,?)", rows)
             c.executemany(
@@ -263,6 +278,20 @@ class RolloutStore:
         else:
             rows = self._read(f"SELECT {_TASK_COLS} FROM tasks ORDER BY created_at")
         return [_task(r) for r in rows]
+
+    def group(self, group_id: str) -> list[TaskRow]:
+        """The tasks of one GRPO group (the samples of one prompt, submitted as one task each)."""
+        rows = self._read(f"SELECT {_TASK_COLS} FROM tasks WHERE group_id=? ORDER BY created_at", (group_id,))
+        return [_task(r) for r in rows]
+
+    def group_completed(self, group_id: str) -> int:
+        """How many sessions of the group's tasks completed."""
+        row = self._read(
+            "SELECT COUNT(*) FROM sessions JOIN tasks ON tasks.id = sessions.task_id"
+            " WHERE tasks.group_id=? AND sessions.state='completed'",
+            (group_id,),
+        )
+        return row[0][0]
 
     def cancel(self, task_id: str, cause: str = "task cancelled", task_status: str = "cancelled") -> list[SessionRow]:
         """Every non-final session of the task -> cancelled; returns the sessions it moved.

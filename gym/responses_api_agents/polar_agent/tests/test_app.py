@@ -12,7 +12,6 @@ from nemo_gym.server_utils import ServerClient
 from responses_api_agents.polar_agent.app import PolarAgent, PolarAgentConfig
 
 from nemo_polar.env import gym as polar_gym
-from nemo_polar.traces import nemo_rl
 from nemo_polar.traces.export import write_jsonl
 from nemo_polar.traces.models import Segment, Trace
 
@@ -82,9 +81,15 @@ def session(tmp_path: Path, traces, status="completed", reward=1.0, masked=False
     return {"session_id": "s1", "state": status, "result": result}
 
 
-def agent(client, global_config=None) -> TestClient:
+def agent(client, global_config=None, **options) -> TestClient:
     config = PolarAgentConfig(
-        host="127.0.0.1", port=8080, entrypoint="", name="polar_agent", rollout_url="http://x", skip_verification=True
+        host="127.0.0.1",
+        port=8080,
+        entrypoint="",
+        name="polar_agent",
+        rollout_url="http://x",
+        skip_verification=True,
+        **options,
     )
     server_client = MagicMock(spec=ServerClient)
     if global_config is not None:
@@ -94,6 +99,10 @@ def agent(client, global_config=None) -> TestClient:
     return TestClient(server.setup_webserver())
 
 
+def trained_calls(output):
+    return [(i["prompt_token_ids"], i["generation_token_ids"]) for i in output if i.get("generation_token_ids")]
+
+
 def test_run_returns_the_primary_chain_with_token_fields(tmp_path):
     fake = FakeClient(session(tmp_path, [chain([1, 2], [[3], [4, 5]])]))
     result = agent(fake).post("/run", json=ROW).json()
@@ -101,8 +110,8 @@ def test_run_returns_the_primary_chain_with_token_fields(tmp_path):
     assert task.num_samples == 1 and task.instruction == "Say hello." and task.task_id.startswith("hello-")
     assert task.harness.max_steps == 2 and task.metadata["sampling"] == {"temperature": 1.0}
     assert result["reward"] == 1.0 and result["mask_sample"] is False and result["reward_components"] == {"tests": 1.0}
-    flat = nemo_rl.flatten(result)
-    assert flat.token_ids == [1, 2, 3, 7, 4, 5] and flat.token_mask == [0, 0, 1, 0, 1, 1]
+    calls = trained_calls(result["response"]["output"])  # the token fields NeMo-RL reads, one call per turn
+    assert calls == [([1, 2], [3]), ([1, 2, 3, 7], [4, 5])]
     assert result["response"]["metadata"] == {"polar_task_id": task.task_id, "polar_session_id": "s1"}
     assert result["polar"]["chains"] == 1 and result["polar"]["other_chains_path"] is None
 
@@ -114,7 +123,7 @@ def test_other_chains_go_to_a_side_file(tmp_path):
     assert result["polar"]["primary_chain"] == 0 and result["polar"]["other_chains"] == [1]
     assert result["polar_untrained_chain_tokens"] == 4
     (line,) = Path(result["polar"]["other_chains_path"]).read_text().splitlines()
-    assert nemo_rl.flatten(json.loads(line)["output"]).token_ids == [9, 9, 6, 6, 6, 6]
+    assert trained_calls(json.loads(line)["output"]) == [([9, 9], [6, 6, 6, 6])]
 
 
 @pytest.mark.parametrize(
@@ -129,7 +138,7 @@ def test_infrastructure_failures_are_masked_not_scored(tmp_path, kwargs, kind):
     result = agent(FakeClient(session(tmp_path, [], **kwargs))).post("/run", json=ROW).json()
     assert result["mask_sample"] is True and result["instance_config"] == {"mask_sample": True}
     assert result["failure_kind"] == kind and result["reward"] == 0.0 and "reward_components" not in result
-    assert nemo_rl.flatten(result).loss_multiplier == 0.0  # the placeholder keeps NeMo-RL from raising
+    assert trained_calls(result["response"]["output"]) == [([0], [0])]  # the placeholder: NeMo-RL must not raise
 
 
 def test_an_unreachable_rollout_server_is_masked(tmp_path):
@@ -152,3 +161,33 @@ def test_each_task_is_sent_to_one_of_the_policys_servers(tmp_path):
     assert with_servers.upstream_url in urls and without.upstream_url is None
     # ... under the name NeMo-RL serves the policy as; without one, the node asks its server
     assert with_servers.upstream_model == "Qwen/Qwen3.5-4B" and without.upstream_model is None
+
+
+def test_the_samples_of_a_row_form_one_group_on_one_server(tmp_path):
+    """NeMo-RL repeats a row group_size times (same _ng_task_index): one group on the rollout server, one
+    inference server for all of them, early stop over the group; the same row later is a new group."""
+    urls = [f"http://10.0.0.{i}:3001/v1" for i in range(8)]
+    fake = FakeClient(session(tmp_path, [chain([1, 2], [[3]])]))
+    client = agent(fake, {"policy_base_url": urls}, group_size=3, early_stop_k=2)
+    for index in (0, 0, 0, 1, 1, 1, 0):
+        client.post("/run", json=ROW | {"_ng_task_index": index})
+    groups = [t.group_id for t in fake.tasks]
+    assert groups[0] == groups[1] == groups[2] != groups[3] == groups[4] == groups[5] != groups[6] != groups[0]
+    assert len({t.upstream_url for t in fake.tasks[:3]}) == 1 and all(t.early_stop_k == 2 for t in fake.tasks)
+
+
+def test_the_rows_output_cap_reaches_every_call(tmp_path):
+    fake = FakeClient(session(tmp_path, [chain([1, 2], [[3]])]))
+    row = ROW | {"responses_create_params": ROW["responses_create_params"] | {"max_output_tokens": 512}}
+    agent(fake).post("/run", json=row)
+    assert fake.tasks[0].max_output_tokens == 512
+
+
+@pytest.mark.parametrize("policy,masked", [("mask", True), ("zero", False)])
+def test_an_agent_out_of_time_is_masked_or_scored_zero(tmp_path, policy, masked):
+    traces = [chain([1, 2], [[3]])]
+    result = agent(FakeClient(session(tmp_path, traces, status="timeout")), timeout_reward=policy).post(
+        "/run", json=ROW
+    )
+    out = result.json()
+    assert out["mask_sample"] is masked and out["reward"] == 0.0 and out["failure_kind"] == "agent_timeout"
