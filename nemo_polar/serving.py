@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 import time
@@ -33,10 +34,30 @@ def server(app: Any, host: str, port: int) -> uvicorn.Server:
             access_log=False,
             loop="uvloop",
             http="httptools",
+            interface="asgi3",  # every app here is; the proxy's is a method, which detection takes for ASGI2
+            proxy_headers=False,  # nothing reads the client's address: a middleware less on every call
             timeout_keep_alive=75,
             backlog=4096,
         )
     )
+
+
+def run(app: Any, host: str, port: int) -> None:
+    """Serve `app` in the foreground: this process is its server, until interrupted."""
+    _settle_heap()
+    server(app, host, port).run()
+
+
+def _settle_heap() -> None:
+    """A busy server allocates hundreds of objects per call (parsed chunks, events, futures). With
+    Python's default thresholds the cyclic collector ran several times per call and its older
+    generations re-scanned the whole long-lived heap (modules, schemas, the app): 29% of the proxy's
+    CPU at 256 streamed calls in flight. What exists at start-up is frozen out of collection, and the
+    young generation is collected after 50,000 net allocations instead of 700: cycles are still
+    freed, a few MB later."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 10)
 
 
 class ServerThread:

@@ -37,6 +37,7 @@ from .fake_upstream import SERVED_MODEL
 
 DIALECTS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 _PROMPT = "bench"
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _spawn(args: list[str], health: str) -> subprocess.Popen:
@@ -62,6 +63,23 @@ def _pct(values: list[float], q: float) -> float:
 
 
 @dataclass(frozen=True)
+class Hop:
+    """A process between the client and the upstream."""
+
+    url: str
+    pid: int
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time a process (all its threads) has used so far; 0 for no process."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+@dataclass(frozen=True)
 class Arm:
     """One way of making the same model call."""
 
@@ -69,6 +87,7 @@ class Arm:
     url: str
     body: bytes
     headers: dict[str, str]
+    pid: int | None = None  # the hop in between (bare relay or proxy), whose CPU time is counted
 
 
 def upstream_body(tokens: int, stream: bool) -> bytes:
@@ -99,16 +118,16 @@ def dialect_call(dialect: str, key: str, tokens: int, stream: bool) -> tuple[str
 
 
 def arms(
-    upstream: str, bare: str | None, proxy: str, key: str, tokens: int, stream: bool, dialects=DIALECTS
+    upstream: str, bare: Hop | None, proxy: Hop, key: str, tokens: int, stream: bool, dialects=DIALECTS
 ) -> list[Arm]:
     json = {"Content-Type": "application/json"}
     body = upstream_body(tokens, stream)
     out = [Arm("direct", upstream + "/v1/chat/completions", body, json)]
     if bare is not None:
-        out.append(Arm("bare", bare + "/v1/chat/completions", body, json))
+        out.append(Arm("bare", bare.url + "/v1/chat/completions", body, json, bare.pid))
     for dialect in dialects:
         path, native, headers = dialect_call(dialect, key, tokens, stream)
-        out.append(Arm(dialect, proxy + path, orjson.dumps(native), json | headers))
+        out.append(Arm(dialect, proxy.url + path, orjson.dumps(native), json | headers, proxy.pid))
     return out
 
 
@@ -145,10 +164,11 @@ async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
     return out
 
 
-async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, n: int) -> tuple[int, float]:
-    """`n` calls, `concurrency` in flight; (calls, seconds) counted only while all are in flight:
-    from the `concurrency`-th completion to the last one before the workers start running dry."""
+async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, n: int) -> tuple[int, float, float]:
+    """`n` calls, `concurrency` in flight; (calls, seconds, the hop's CPU seconds) counted only while
+    all are in flight: from the `concurrency`-th completion to the last before workers run dry."""
     done: list[float] = []
+    cpu: list[float] = []
     remaining = n
 
     async def worker() -> None:
@@ -157,32 +177,40 @@ async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, n: int
             remaining -= 1
             await call(http, arm)
             done.append(time.perf_counter())
+            if len(done) in (concurrency, n - concurrency):
+                cpu.append(cpu_seconds(arm.pid))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     first, last = concurrency - 1, n - concurrency - 1
-    return last - first, done[last] - done[first]
+    return last - first, done[last] - done[first], cpu[-1] - cpu[0]
 
 
-async def throughput(arms: list[Arm], concurrency: int, n: int, rounds: int) -> dict[str, float]:
-    """Requests per second per arm, `n` calls each in `rounds` alternating rounds."""
+async def throughput(arms: list[Arm], concurrency: int, n: int, rounds: int) -> dict[str, dict[str, float]]:
+    """Requests per second per arm, and the CPU its hop spends per call (the figure least moved by
+    whatever else the machine runs); `n` calls each in `rounds` alternating rounds."""
     per_round = n // rounds
     if per_round < 3 * concurrency:
         raise ValueError(f"{n} requests in {rounds} rounds are too few to keep {concurrency} in flight")
     calls = {a.name: 0 for a in arms}
     seconds = {a.name: 0.0 for a in arms}
+    cpu = {a.name: 0.0 for a in arms}
     sessions = {a.name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) for a in arms}
     try:
         for arm in arms:  # open the connections
             await asyncio.gather(*(call(sessions[arm.name], arm) for _ in range(concurrency)))
         for _ in range(rounds):
             for arm in arms:
-                c, s = await _flood(sessions[arm.name], arm, concurrency, per_round)
+                c, s, used = await _flood(sessions[arm.name], arm, concurrency, per_round)
                 calls[arm.name] += c
                 seconds[arm.name] += s
+                cpu[arm.name] += used
     finally:
         for http in sessions.values():
             await http.close()
-    return {name: round(calls[name] / seconds[name], 1) for name in calls}
+    return {
+        "rps": {a.name: round(calls[a.name] / seconds[a.name], 1) for a in arms},
+        "cpu_ms_per_call": {a.name: round(1000 * cpu[a.name] / calls[a.name], 3) for a in arms if a.pid},
+    }
 
 
 def run(
@@ -203,17 +231,13 @@ def run(
     try:
         procs.append(_spawn([*fake, "--port", str(fast)], url(fast) + "/health"))
         procs.append(_spawn([*fake, "--port", str(paced), "--token-delay-ms", str(pacing)], url(paced) + "/health"))
-        procs.append(
-            _spawn(
-                ["-m", "nemo_polar.bench.bare", "--port", str(bare), "--upstream", url(fast)], url(bare) + "/health"
-            )
-        )
+        bare_args = ["--port", str(bare), "--upstream", url(fast)]
+        procs.append(_spawn(["-m", "nemo_polar.bench.bare", *bare_args], url(bare) + "/health"))
         proxy_args = [f"port={proxy}", "log_level=warning", f"upstream.url={url(fast)}", f"store.path={tmp}/r.sqlite"]
         procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
+        hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid)
         scenarios = asyncio.run(
-            _measure(
-                url(fast), url(paced), url(bare), url(proxy), tokens, requests, concurrency, paced_concurrency, rounds
-            )
+            _measure(url(fast), url(paced), *hops, tokens, requests, concurrency, paced_concurrency, rounds)
         )
     finally:
         for p in procs:
@@ -231,27 +255,30 @@ def run(
 
 
 async def _measure(
-    fast: str, paced: str, bare: str, proxy: str, tokens: int, n: int, c: int, paced_c: int, rounds: int
+    fast: str, paced: str, bare: Hop, proxy: Hop, tokens: int, n: int, c: int, paced_c: int, rounds: int
 ) -> list[dict[str, Any]]:
-    key = await _session(proxy, {})
-    paced_key = await _session(proxy, {"upstream_url": paced})  # the same proxy, this session's server paced
+    key = await _session(proxy.url, {})
+    paced_key = await _session(proxy.url, {"upstream_url": paced})  # the same proxy, this session's server paced
     scenarios: list[dict[str, Any]] = []
     for stream in (False, True):
         each = arms(fast, bare, proxy, key, tokens, stream)
         lat = await latency(each, _latency_calls(n))
         scenarios.append({"kind": "latency", "stream": stream, "concurrency": 1} | lat)
-        rps = await throughput(each, c, n, rounds)
+        thr = await throughput(each, c, n, rounds)
+        rps, cpu = thr["rps"], thr["cpu_ms_per_call"]
         scenarios.append(
             {
                 "kind": "throughput",
                 "stream": stream,
                 "concurrency": c,
-                "rps": rps,
+                **thr,
                 "vs_direct": {k: round(v / rps["direct"], 3) for k, v in rps.items() if k != "direct"},
                 "vs_bare": {k: round(v / rps["bare"], 3) for k, v in rps.items() if k in DIALECTS},
+                "cpu_vs_bare": {k: round(v / cpu["bare"], 3) for k, v in cpu.items() if k in DIALECTS},
             }
         )
-        rps = await throughput(arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",)), paced_c, n, 1)
+        paced_arms = arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",))
+        rps = (await throughput(paced_arms, paced_c, n, 1))["rps"]
         ratio = round(rps["openai_chat"] / rps["direct"], 3)
         scenarios.append(
             {"kind": "paced", "stream": stream, "concurrency": paced_c, "rps": rps, "throughput_ratio": ratio}

@@ -7,9 +7,9 @@ caller's fault: a 4xx in its dialect, nothing recorded. Anything after is record
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
+from starlette.types import Message, Receive, Scope, Send
 
 from ..chat import ChatRequest, Completion, Delta, ToolCallDelta
 from ..config import ProxyConfig
@@ -31,6 +32,7 @@ from ..store import SqliteStore
 from .backends import BACKENDS
 from .dialects import DIALECTS, Dialect, guess_dialect
 from .gate import GenerationGate
+from .ids import new_hex
 from .sessions import Sessions
 from .splice import SpliceIndex
 from .upstream import Upstream
@@ -38,6 +40,7 @@ from .upstream import Upstream
 log = logging.getLogger("nemo_polar.proxy")
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_SSE_RAW_HEADERS = StreamingResponse((), media_type="text/event-stream", headers=_SSE_HEADERS).raw_headers
 _CREDENTIAL_FIELDS = ("api_key", "apiKey", "key", "authorization")
 
 
@@ -103,9 +106,32 @@ class Proxy:
         self.backend = BACKENDS[up.engine](up.sampling)
         self.upstream = Upstream(up.timeout_s, up.connect_timeout_s)
         self.gate = GenerationGate(config.pause_wait_s)
-        self.info = UpstreamInfo(engine=up.engine, url=base_url(up.url), model=up.model or "", policy_version=up.policy_version)
+        self.info = UpstreamInfo(
+            engine=up.engine, url=base_url(up.url), model=up.model or "", policy_version=up.policy_version
+        )
         self._targets: dict[tuple[str, str], UpstreamInfo] = {}
-        self.app = Starlette(routes=self._routes(), lifespan=self._lifespan)
+        self._calls: dict[str, Route] = {}  # the dialects' routes by exact path
+        self._patterned_calls: list[Route] = []  # and those with parameters (Gemini's model)
+        self.starlette = Starlette(routes=self._routes(), lifespan=self._lifespan)
+
+    async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app. A harness's call goes straight to its dialect's handler; the rest (probes,
+        admin, unknown routes, other methods) through Starlette, whose middleware and router walk
+        cost a call more CPU than parsing its body."""
+        if scope["type"] == "http" and not scope.get("root_path"):
+            route = self._calls.get(scope["path"])
+            if route is None:
+                for candidate in self._patterned_calls:
+                    match, child = candidate.matches(scope)
+                    if match is Match.FULL:
+                        route = candidate
+                        scope.update(child)
+                        break
+            if route is not None and route.methods and scope["method"] in route.methods:
+                response = await route.endpoint(Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.starlette(scope, receive, send)
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -126,7 +152,12 @@ class Proxy:
         ]
         for dialect in DIALECTS.values():
             for path, methods in dialect.routes:
-                routes.append(Route(path, self._handler(dialect), methods=methods))
+                route = Route(path, self._handler(dialect), methods=methods)
+                routes.append(route)
+                if route.param_convertors:
+                    self._patterned_calls.append(route)
+                else:
+                    self._calls[path] = route
         routes.append(Route("/{path:path}", self.unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]))
         return routes
 
@@ -162,7 +193,7 @@ class Proxy:
             if call.request.stream:  # the engine answered whole: play it as this dialect's stream
                 renderer = dialect.stream_renderer(call.request)
                 events = [e for d in replay(completion) for e in renderer.delta(d)] + renderer.finish(completion)
-                return StreamingResponse(_iterate(events), media_type="text/event-stream", headers=_SSE_HEADERS)
+                return Response(b"".join(events), media_type="text/event-stream", headers=_SSE_HEADERS)
             return json_response(dialect.render_response(completion, call.request))
 
         return handle
@@ -178,7 +209,7 @@ class Proxy:
             raise Unauthorized("unknown or missing API key: use the session key you were given")
         raw = await self._read_body(request)
         native = _json(raw)
-        params = dict(request.path_params) | {"path": request.url.path}
+        params = dict(request.path_params) | {"path": request.scope["path"]}
         chat = dialect.parse_request(native, params, dict(request.query_params))
         for cap in (self.config.limits.max_tokens, session.max_tokens):
             if cap is not None:
@@ -220,8 +251,7 @@ class Proxy:
     async def _open_relay(self, call: Call) -> Response:
         opened = self.upstream.open_stream(self._chat_url(call), call.upstream_body)
         chunks = await opened.__aenter__()  # raises here if the upstream refuses: a plain error response
-        relay = Relay(self, call, opened, chunks)
-        return RelayResponse(relay, relay.events(), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return RelayResponse(Relay(self, call, opened, chunks))
 
     def _record(
         self,
@@ -237,7 +267,7 @@ class Proxy:
         # built from our own values: validation would only cost time on the response path
         self.store.add_record(
             CompletionRecord.model_construct(
-                id=uuid.uuid4().hex,
+                id=new_hex(),
                 session_id=call.session.id,
                 seq=call.seq,
                 started_at=call.started_at,
@@ -339,35 +369,50 @@ class Proxy:
 class Relay:
     """Relays one upstream stream to the harness as its dialect's events, and records it once."""
 
-    def __init__(self, proxy: Proxy, call: Call, opened, chunks: AsyncIterator[dict[str, Any]]):
+    def __init__(self, proxy: Proxy, call: Call, opened, chunks: AsyncIterator[tuple[list[dict[str, Any]], bool]]):
         self.proxy, self.call, self.opened, self.chunks = proxy, call, opened, chunks
         self.completion: Completion | None = None
         self.failure: PolarError | None = None
         self.recorded = False
         self.closed = False
+        self.start: Message | None = None  # the response's start, until it goes out with the first events
 
-    async def events(self) -> AsyncIterator[bytes]:
+    async def stream(self, send: Send, start: Message) -> None:
+        """Sends the harness's events: one write per upstream read (each write is a syscall and a
+        trip through the ASGI send chain), the closing events in the same write as the last tokens,
+        and the response's `start` just before the first events (sent apart, it would wake the
+        harness once more for nothing)."""
+        self.start = start
         call, proxy = self.call, self.proxy
         renderer = call.dialect.stream_renderer(call.request)
         assembler = proxy.backend.stream_parser()
+        out: list[bytes] = []
         try:
-            async for chunk in self.chunks:
-                for delta in assembler.feed(chunk):
-                    if call.first_token_at is None:
-                        call.first_token_at = time.time()
-                    for event in renderer.delta(delta):
-                        yield event
-            self.completion = assembler.result()
-            self._finish()
-            for event in renderer.finish(self.completion):
-                yield event
+            async for batch, done in self.chunks:
+                for chunk in batch:
+                    for delta in assembler.feed(chunk):
+                        out += renderer.delta(delta)
+                if out and call.first_token_at is None:
+                    call.first_token_at = time.time()
+                if done:
+                    self.completion = assembler.result()
+                    self._finish()
+                    out += renderer.finish(self.completion)
+                    break
+                if out:
+                    await self._send(send, out, True)
+                    out = []
         except PolarError as err:
             self.failure = err
             self._finish()
-            for event in renderer.error(err):
-                yield event
-        finally:
-            await self.close()
+            out += renderer.error(err)
+        await self._send(send, out, False)
+
+    async def _send(self, send: Send, events: list[bytes], more: bool) -> None:
+        if self.start is not None:
+            await send(self.start)
+            self.start = None
+        await send({"type": "http.response.body", "body": b"".join(events), "more_body": more})
 
     def _finish(self) -> None:
         """Record the outcome once, before the closing events go out (a read after them sees it)."""
@@ -393,17 +438,38 @@ class Relay:
             self.proxy.gate.release()
 
 
-class RelayResponse(StreamingResponse):
-    """A streaming response that closes its relay even if the body was never iterated."""
+class RelayResponse(Response):
+    """The relay as a response: stops it when the harness goes away, and closes it even if it never
+    ran. One watcher task does what Starlette's per-response anyio task group would, for less."""
 
-    def __init__(self, relay: Relay, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, relay: Relay):  # the headers are every relay's: built once, below
         self.relay = relay
+        self.status_code = 200
+        self.raw_headers = list(_SSE_RAW_HEADERS)
 
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        relaying = asyncio.current_task()
+        assert relaying is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            relaying.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await super().__call__(scope, receive, send)
+            start = {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            await self.relay.stream(send, start)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            relaying.uncancel()  # the harness left: the relay records that, nothing else to do
         finally:
+            # no await since the last send: the watcher, woken by the response completing, never ran
+            watcher.cancel()
             await self.relay.close()
 
 
@@ -429,8 +495,3 @@ def replay(c: Completion) -> list[Delta]:
     for i, t in enumerate(c.tool_calls):
         deltas.append(Delta(tool_call=ToolCallDelta(i, t.id, t.name, t.arguments)))
     return deltas
-
-
-async def _iterate(events: list[bytes]) -> AsyncIterator[bytes]:
-    for e in events:
-        yield e

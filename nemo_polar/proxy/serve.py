@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..config import ProxyConfig
-from ..serving import ServerThread, free_port, server
+from ..serving import ServerThread, free_port, run
 from .app import Proxy
 
 __all__ = ["ProxyThread", "free_port", "serve"]
@@ -16,7 +16,7 @@ def serve(config: ProxyConfig) -> None:
             f"polar proxy on http://{config.host}:{config.port} -> {config.upstream.engine} {config.upstream.url}",
             flush=True,
         )
-        server(proxy.app, config.host, config.port).run()
+        run(proxy.app, config.host, config.port)
     finally:
         proxy.store.close()
 

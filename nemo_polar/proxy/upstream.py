@@ -97,7 +97,9 @@ class Upstream:
                     raise InvalidUpstream(f"upstream answered with invalid JSON: {text[:200]!r}") from None
 
     @asynccontextmanager
-    async def open_stream(self, url: str, body: dict[str, Any]) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+    async def open_stream(
+        self, url: str, body: dict[str, Any]
+    ) -> AsyncIterator[AsyncIterator[tuple[list[dict[str, Any]], bool]]]:
         """Open a streaming call; raises before yielding if the upstream refuses it."""
         async with self._errors():
             async with self.session.post(url, data=orjson.dumps(body), headers=_JSON) as resp:
@@ -105,20 +107,24 @@ class Upstream:
                     raise upstream_error(resp.status, (await resp.read()).decode(errors="replace"))
                 yield self._events(resp)
 
-    async def _events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+    async def _events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[list[dict[str, Any]], bool]]:
+        """The stream's chunks, parsed, in batches: all that one read brought (one chunk when the
+        upstream is slow, several when it or the proxy is busy), each with whether it is the last."""
         async with self._errors():
-            done = False
-            async for line in resp.content:
-                if not line.startswith(b"data:"):
+            pending = bytearray()
+            async for data in resp.content.iter_any():
+                pending += data
+                end = pending.rfind(b"\n") + 1
+                if not end:
                     continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    done = True
-                    break
-                try:
-                    yield orjson.loads(payload)
-                except orjson.JSONDecodeError:
-                    raise InvalidUpstream(f"upstream sent an invalid stream chunk: {payload[:200]!r}") from None
+                batch, done = _parse(pending[:end].split(b"\n"))
+                del pending[:end]
+                if batch or done:
+                    yield batch, done
+                if done:
+                    return
+            batch, done = _parse([pending])  # a last line without its newline
+            yield batch, done
             if not done:
                 raise UpstreamUnreachable("upstream closed the stream before it was complete")
 
@@ -135,3 +141,31 @@ class Upstream:
 
 
 _JSON = {"Content-Type": "application/json"}
+
+
+def _parse(lines: list[bytearray]) -> tuple[list[dict[str, Any]], bool]:
+    """The `data:` payloads of some SSE lines, parsed; True once `[DONE]` is among them. One JSON
+    array for all of them: a parse per batch, not per chunk."""
+    payloads = []
+    done = False
+    for line in lines:
+        if line.startswith(b"data:"):
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                done = True
+                break
+            payloads.append(payload)
+    if not payloads:
+        return [], done
+    try:
+        chunks = orjson.loads(b"[" + b",".join(payloads) + b"]")
+        if len(chunks) == len(payloads):  # else a payload held a comma-separated list: not one chunk
+            return chunks, done
+    except orjson.JSONDecodeError:
+        pass
+    for payload in payloads:  # name the chunk that is not JSON
+        try:
+            orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            raise InvalidUpstream(f"upstream sent an invalid stream chunk: {bytes(payload[:200])!r}") from None
+    raise AssertionError("unreachable: a batch that is not JSON has a payload that is not")

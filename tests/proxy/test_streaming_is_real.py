@@ -46,3 +46,27 @@ def test_first_chunk_arrives_before_the_upstream_finishes(case, slow_proxy):
     assert len(arrivals) >= TOKENS // 2, "tokens were batched instead of relayed"
     (rec,) = records(slow_proxy, session.id)
     assert rec.status == "ok" and rec.first_token_at - rec.started_at < 2 * DELAY
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_a_harness_that_leaves_mid_stream_is_recorded_and_releases_its_slot(case, slow_proxy):
+    session = slow_proxy.proxy.sessions.open()
+    t0 = time.perf_counter()
+    with httpx.stream(
+        "POST",
+        slow_proxy.url + case.path(True),
+        json=case.body("hi", True),
+        headers=case.headers(session.api_key),
+        timeout=10,
+    ) as r:
+        for chunk in r.iter_raw():
+            if chunk.strip():
+                break  # hang up after the first event
+    recs = []
+    while not recs and time.perf_counter() - t0 < 5:
+        time.sleep(0.05)
+        recs = records(slow_proxy, session.id)
+    (rec,) = recs
+    assert rec.status == "client_disconnected"
+    assert rec.finished_at - rec.started_at < TOKENS * DELAY * 0.8, "the relay ran on after the harness left"
+    assert slow_proxy.proxy.gate.status()["inflight"] == 0

@@ -110,50 +110,62 @@ class Backend:
 
 
 class StreamAssembler:
-    """Collects an upstream answer, chunk by chunk (or all at once), into one Completion."""
+    """Collects an upstream answer, chunk by chunk (or all at once), into one Completion. Text is
+    kept as pieces and joined once: `+=` on a kept string copies it whole at every token."""
 
     def __init__(self, backend: Backend):
         self.backend = backend
         self.c = Completion()
         self.calls: dict[int, ToolCall] = {}
+        self.arguments: dict[int, list[str]] = {}
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
         self.finish: str | None = None
         self.tokens_seen = False
 
     def feed(self, chunk: dict[str, Any]) -> list[Delta]:
         """One parsed stream chunk -> the deltas to relay."""
-        if "error" in chunk and not chunk.get("choices"):
+        choices = chunk.get("choices")
+        if not choices and "error" in chunk:
             raise InvalidUpstream(f"upstream stream error: {chunk['error']}")
-        self.feed_usage(chunk.get("usage"))
-        choices = chunk.get("choices") or []
+        usage = chunk.get("usage")
+        if usage:
+            self.feed_usage(usage)
         if not choices:
             if self.c.prompt_token_ids == [] and chunk.get("prompt_token_ids"):
                 self.c.prompt_token_ids = list(chunk["prompt_token_ids"])
             return []
-        return self.feed_choice(chunk, choices[0], choices[0].get("delta") or {})
+        choice = choices[0]
+        return self.feed_choice(chunk, choice, choice.get("delta") or {})
 
     def feed_choice(self, body: dict[str, Any], choice: dict[str, Any], msg: dict[str, Any]) -> list[Delta]:
         c = self.c
-        c.id = c.id or body.get("id", "")
-        c.model = c.model or body.get("model", "")
+        if not c.id:
+            c.id = body.get("id", "")
+        if not c.model:
+            c.model = body.get("model", "")
         if not c.prompt_token_ids:
             c.prompt_token_ids = list(self.backend.prompt_ids(body, choice) or [])
         tokens = self.backend.completion_tokens(choice)
         if tokens is not None:
             self.tokens_seen = True
-            c.completion_token_ids.extend(tokens[0])
-            c.completion_logprobs.extend(tokens[1])
-        if choice.get("finish_reason"):
-            self.finish = choice["finish_reason"]
+            c.completion_token_ids += tokens[0]
+            c.completion_logprobs += tokens[1]
+        finish = choice.get("finish_reason")
+        if finish:
+            self.finish = finish
         deltas: list[Delta] = []
         reasoning = msg.get("reasoning_content") or msg.get("reasoning")
         if reasoning:
-            c.reasoning = (c.reasoning or "") + reasoning
+            self.reasoning.append(reasoning)
             deltas.append(Delta(reasoning=reasoning))
-        if msg.get("content"):
-            c.text += msg["content"]
-            deltas.append(Delta(text=msg["content"]))
-        for i, t in enumerate(msg.get("tool_calls") or []):
-            deltas.append(self._tool_call(t, i))
+        content = msg.get("content")
+        if content:
+            self.text.append(content)
+            deltas.append(Delta(text=content))
+        tool_calls = msg.get("tool_calls")
+        if tool_calls:
+            deltas += [self._tool_call(t, i) for i, t in enumerate(tool_calls)]
         return deltas
 
     def _tool_call(self, t: dict[str, Any], position: int) -> Delta:
@@ -163,13 +175,14 @@ class StreamAssembler:
         if call is None:
             call = self.calls[index] = ToolCall(t.get("id") or f"call_{index}", fn.get("name") or "", "")
             self.c.tool_calls.append(call)
+            self.arguments[index] = []
             first = True
         else:
             first = False
             if fn.get("name"):
                 call.name += fn["name"]
         args = fn.get("arguments") or ""
-        call.arguments += args
+        self.arguments[index].append(args)
         return Delta(
             tool_call=ToolCallDelta(
                 index=index,
@@ -190,6 +203,10 @@ class StreamAssembler:
 
     def result(self) -> Completion:
         c = self.c
+        c.text = "".join(self.text)
+        c.reasoning = "".join(self.reasoning) if self.reasoning else None
+        for index, call in self.calls.items():
+            call.arguments = "".join(self.arguments[index])
         c.finish_reason = self.finish or "stop"
         if c.tool_calls and c.finish_reason == "stop":
             c.finish_reason = "tool_calls"

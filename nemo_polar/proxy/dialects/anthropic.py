@@ -37,14 +37,14 @@ import base64
 import hashlib
 import logging
 import re
-import uuid
 from typing import Any
 
 import orjson
 
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall, ToolCallDelta
 from ...errors import ContextOverflow, PolarError, RequestInvalid
-from .base import Dialect, StreamRenderer, sse, validate
+from ..ids import new_hex
+from .base import HOLES, Dialect, StreamRenderer, Template, sse, validate
 from .wire import anthropic as wire
 
 log = logging.getLogger("nemo_polar.proxy.anthropic")
@@ -296,7 +296,7 @@ class Anthropic(Dialect):
 
 # --- response ---------------------------------------------------------------------------------
 def _new_id() -> str:
-    return "msg_" + uuid.uuid4().hex
+    return "msg_" + new_hex()
 
 
 def signature(reasoning: str) -> str:
@@ -346,6 +346,7 @@ class _MessageStream(StreamRenderer):
         self.args = ""  # the open tool_use block's arguments so far
         self.live: bool | None = None  # tool arguments relayed as they come (None: not known yet)
         self.closed_tools: set[int] = set()
+        self.block_delta: Template  # the open block's content_block_delta, set when it opens
 
     def _event(self, data: dict[str, Any]) -> bytes:
         return sse(data, event=data["type"])
@@ -374,7 +375,7 @@ class _MessageStream(StreamRenderer):
         ]
 
     def _block_delta(self, delta: dict[str, Any]) -> bytes:
-        return self._event({"type": "content_block_delta", "index": self.blocks - 1, "delta": delta})
+        return self.block_delta.render(delta)
 
     def _open(self, kind: str, block: dict[str, Any], tool_index: int = -1) -> list[bytes]:
         if self.open == (kind, tool_index):
@@ -383,6 +384,8 @@ class _MessageStream(StreamRenderer):
         self.open = (kind, tool_index)
         self.blocks += 1
         self.thinking, self.args, self.live = "", "", None
+        delta = {"type": "content_block_delta", "index": self.blocks - 1, "delta": HOLES[0]}
+        self.block_delta = Template(delta, delta["type"])
         out.append(self._event({"type": "content_block_start", "index": self.blocks - 1, "content_block": block}))
         return out
 
@@ -411,7 +414,7 @@ class _MessageStream(StreamRenderer):
             return []
         out: list[bytes] = []
         if self.open != ("tool_use", t.index):
-            block = {"type": "tool_use", "id": t.id or "toolu_" + uuid.uuid4().hex, "name": t.name or "", "input": {}}
+            block = {"type": "tool_use", "id": t.id or "toolu_" + new_hex(), "name": t.name or "", "input": {}}
             out = self._open("tool_use", block, t.index)
         self.args += t.arguments
         if self.live is None and self.args.strip():

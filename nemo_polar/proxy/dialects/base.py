@@ -26,6 +26,39 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
 
 
+class Template:
+    """An SSE event encoded once, with holes where its JSON changes between uses (a token's text, a
+    sequence number). `render(*values)` gives the bytes `sse` would for the event with `HOLES[i]`
+    replaced by `values[i]`, encoding only the values: per-token events are most of a stream's work.
+    Holes must appear in `data` in their index order."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, data: Any, event: str | None = None):
+        encoded = sse(data, event)
+        self.parts: list[bytes] = []
+        for marker in _MARKERS:
+            head, found, rest = encoded.partition(marker)
+            if not found:
+                break
+            self.parts.append(head)
+            encoded = rest
+        self.parts.append(encoded)
+        if any(m in p for p in self.parts for m in _MARKERS):
+            raise ValueError("a template's holes must appear in their index order")
+
+    def render(self, *values: Any) -> bytes:
+        parts = self.parts
+        out = [parts[0]]
+        for i, value in enumerate(values, 1):
+            out += (orjson.dumps(value), parts[i])
+        return b"".join(out)
+
+
+HOLES = tuple(f"\x00polar-hole-{i}\x00" for i in range(4))
+_MARKERS = tuple(orjson.dumps(h) for h in HOLES)
+
+
 def validate(model: type[BaseModel], body: Any) -> Any:
     """Validate a request body, turning pydantic's report into one readable 400."""
     if not isinstance(body, dict):

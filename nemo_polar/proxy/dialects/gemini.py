@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import Any
 
 import orjson
 
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall
 from ...errors import PolarError, RequestInvalid
-from .base import Dialect, StreamRenderer, sse, validate
+from ..ids import new_hex
+from .base import HOLES, Dialect, StreamRenderer, Template, sse, validate
 from .wire import gemini as wire
 
 log = logging.getLogger("nemo_polar.proxy.gemini")
@@ -349,7 +349,7 @@ def _user_part(p: wire.Part, where: str) -> dict[str, Any]:
 
 # --- response -----------------------------------------------------------------------------------
 def _new_id() -> str:
-    return uuid.uuid4().hex
+    return new_hex()
 
 
 def _args(arguments: str) -> dict[str, Any]:
@@ -401,23 +401,24 @@ class _GeminiStream(StreamRenderer):
         self.model = model
         self.include_thoughts = include_thoughts
         self.id = _new_id()
+        self.template = Template(self._body(HOLES[0]))  # every chunk but the last
 
-    def _chunk(self, parts: list[dict[str, Any]], completion: Completion | None = None) -> bytes:
+    def _body(self, parts: Any, completion: Completion | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"candidates": [_candidate(parts, completion and completion.finish_reason)]}
         if completion is not None:
             body["usageMetadata"] = _usage(completion)
         body["modelVersion"] = self.model
         body["responseId"] = self.id
-        return sse(body)
+        return body
 
     def delta(self, delta: Delta) -> list[bytes]:
         # Gemini has no opening event. Tool call pieces wait for `finish`: Gemini never streams
         # partial args, and the finished turn holds each call's complete arguments.
         parts = _text_parts(delta.reasoning if self.include_thoughts else None, delta.text)
-        return [self._chunk(parts)] if parts else []
+        return [self.template.render(parts)] if parts else []
 
     def finish(self, completion: Completion) -> list[bytes]:
-        return [self._chunk([_call_part(t) for t in completion.tool_calls], completion)]
+        return [sse(self._body([_call_part(t) for t in completion.tool_calls], completion))]
 
     def error(self, err: PolarError) -> list[bytes]:
         return [orjson.dumps(gemini_error(err)) + b"\n"]

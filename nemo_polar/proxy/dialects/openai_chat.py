@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall
 from ...errors import ContextOverflow, PolarError, RequestInvalid, Unauthorized, UpstreamError, UpstreamTimeout
-from .base import Dialect, StreamRenderer, sse, validate
+from ..ids import new_hex
+from .base import HOLES, Dialect, StreamRenderer, Template, sse, validate
 from .wire import openai_chat as wire
 
 
@@ -110,7 +110,7 @@ class OpenAIChat(Dialect):
 
 
 def _new_id() -> str:
-    return "chatcmpl-" + uuid.uuid4().hex
+    return "chatcmpl-" + new_hex()
 
 
 def _tool_call(index: int, t: ToolCall) -> dict[str, Any]:
@@ -127,6 +127,10 @@ def _usage(c: Completion) -> dict[str, Any]:
     }
 
 
+def _choice(delta: Any, finish_reason: str | None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+
 class _ChatStream(StreamRenderer):
     def __init__(self, model: str, include_usage: bool):
         self.model = model
@@ -134,17 +138,21 @@ class _ChatStream(StreamRenderer):
         self.id = _new_id()
         self.created = int(time.time())
         self.started = False
+        self.template = Template(self._body([_choice(HOLES[0], None)]))  # every chunk but the last
+
+    def _body(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return sse(
-            {
-                "id": self.id,
-                "object": "chat.completion.chunk",
-                "created": self.created,
-                "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-            }
-        )
+        if finish_reason is None:
+            return self.template.render(delta)
+        return sse(self._body([_choice(delta, finish_reason)]))
 
     def _open(self) -> list[bytes]:
         if self.started:
@@ -173,18 +181,7 @@ class _ChatStream(StreamRenderer):
         out = self._open()
         out.append(self._chunk({}, completion.finish_reason))
         if self.include_usage:
-            out.append(
-                sse(
-                    {
-                        "id": self.id,
-                        "object": "chat.completion.chunk",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": _usage(completion),
-                    }
-                )
-            )
+            out.append(sse(self._body([]) | {"usage": _usage(completion)}))
         out.append(b"data: [DONE]\n\n")
         return out
 

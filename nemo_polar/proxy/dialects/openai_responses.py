@@ -32,12 +32,12 @@ import base64
 import binascii
 import logging
 import time
-import uuid
 from typing import Any
 
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall, ToolCallDelta
 from ...errors import ContextOverflow, PolarError, RequestInvalid
-from .base import Dialect, StreamRenderer, sse, validate
+from ..ids import new_hex
+from .base import HOLES, Dialect, StreamRenderer, Template, sse, validate
 from .openai_chat import openai_error
 from .wire import openai_responses as wire
 
@@ -70,7 +70,7 @@ def flat_name(namespace: str, name: str) -> str:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    return f"{prefix}_{new_hex()}"
 
 
 # --- request: content and items ----------------------------------------------------------------
@@ -457,6 +457,7 @@ class _ResponsesStream(StreamRenderer):
         self.call = ToolCall("", "", "")
         self.call_index: int | None = None  # the upstream tool-call index it renders
         self.closed_calls: set[int] = set()
+        self.delta_template: Template  # the open item's delta event
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, **fields, "sequence_number": self.seq}
@@ -465,6 +466,17 @@ class _ResponsesStream(StreamRenderer):
 
     def _ids(self) -> dict[str, Any]:
         return {"item_id": self.item_id, "output_index": self.index}
+
+    def _delta_event(self, kind: str, **fields: Any) -> None:
+        """The open item's delta event (`kind`), encoded once; `fields` come before `delta`."""
+        data = {"type": kind, **self._ids(), **fields, "delta": HOLES[0]}
+        if kind == "response.output_text.delta":
+            data["logprobs"] = []
+        self.delta_template = Template(data | {"sequence_number": HOLES[1]}, kind)
+
+    def _delta(self, text: str) -> bytes:
+        self.seq += 1
+        return self.delta_template.render(text, self.seq - 1)
 
     def _start(self) -> list[bytes]:
         if self.started:
@@ -531,8 +543,9 @@ class _ResponsesStream(StreamRenderer):
                     part={"type": "summary_text", "text": ""},
                 )
             )
+            self._delta_event("response.reasoning_summary_text.delta", summary_index=0)
         self.buf += text
-        out.append(self._event("response.reasoning_summary_text.delta", **self._ids(), summary_index=0, delta=text))
+        out.append(self._delta(text))
         return out
 
     def _text(self, text: str) -> list[bytes]:
@@ -542,8 +555,9 @@ class _ResponsesStream(StreamRenderer):
                 "message", "msg", {"type": "message", "status": "in_progress", "role": "assistant", "content": []}
             )
             out.append(self._event("response.content_part.added", **self._ids(), content_index=0, part=_text_part("")))
+            self._delta_event("response.output_text.delta", content_index=0)
         self.buf += text
-        out.append(self._event("response.output_text.delta", **self._ids(), content_index=0, delta=text, logprobs=[]))
+        out.append(self._delta(text))
         return out
 
     def _tool_call(self, t: ToolCallDelta) -> list[bytes]:
@@ -559,9 +573,10 @@ class _ResponsesStream(StreamRenderer):
             del added["id"]
             out += self._open("call", "fc", added)
             self.call, self.call_index = call, t.index
+            self._delta_event("response.function_call_arguments.delta")
         if t.arguments:
             self.buf += t.arguments
-            out.append(self._event("response.function_call_arguments.delta", **self._ids(), delta=t.arguments))
+            out.append(self._delta(t.arguments))
         return out
 
     def delta(self, delta: Delta) -> list[bytes]:

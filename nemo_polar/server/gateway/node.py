@@ -38,7 +38,7 @@ from starlette.routing import Mount, Route
 from ...config import ProxyConfig, Strict
 from ...errors import problems
 from ...proxy.app import Proxy
-from ...serving import ServerThread, json_response, server
+from ...serving import ServerThread, json_response, run
 from ..contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
 from .pipeline import Pipeline, Session
 from .stages import HarnessStages
@@ -244,7 +244,7 @@ def serve(config: GatewayConfig) -> None:
             f" -> rollout {config.node.rollout_url}, upstream {config.proxy.upstream.url}",
             flush=True,
         )
-        server(node.app, config.proxy.host, config.proxy.port).run()
+        run(node.app, config.proxy.host, config.proxy.port)
     finally:
         proxy.store.close()
 

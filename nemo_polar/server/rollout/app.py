@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from ...config import Strict
 from ...errors import problems
-from ...serving import ServerThread, free_port, json_response, server
+from ...serving import ServerThread, free_port, json_response, run
 from ..contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from . import scheduler
 from .dispatcher import dispatch_loop, node_headers
@@ -558,7 +558,7 @@ def serve(config: RolloutConfig) -> None:
     rollout = RolloutServer(config)
     try:
         print(f"polar rollout server on http://{config.host}:{config.port} (store {config.store.path})", flush=True)
-        server(rollout.app, config.host, config.port).run()
+        run(rollout.app, config.host, config.port)
     finally:
         rollout.store.close()
 
