@@ -3,7 +3,8 @@
     polar up "harnesses=[{name: shell, command: 'python3 /abs/path/examples/one_call_agent.py'}]"
 
 The gateway gives it the proxy and its session key in the OpenAI SDK's variables and the task in
-POLAR_TASK; any script or SDK that reads those talks to the proxy unchanged.
+POLAR_TASK; any script or SDK that reads those talks to the proxy unchanged. It prints the answer and
+writes it to answer.txt in its working copy (what the `answer` evaluator reads).
 """
 
 import json
@@ -21,4 +22,7 @@ request = urllib.request.Request(
     {"content-type": "application/json", "authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
 )
 with urllib.request.urlopen(request) as response:
-    print(json.load(response)["choices"][0]["message"]["content"])
+    answer = json.load(response)["choices"][0]["message"]["content"] or ""
+print(answer)
+with open("answer.txt", "w") as f:
+    f.write(answer)

@@ -29,6 +29,19 @@ def _up(args: argparse.Namespace) -> int:
     return 0 if summary["by_status"].get("completed", 0) == summary["sessions"] else 1
 
 
+def _learn(args: argparse.Namespace) -> int:
+    from .config import load
+    from .learn import LearnConfig, learn
+
+    summary = learn(load(LearnConfig, "learn", args.overrides))
+    keys = ("steps", "reward_first", "reward_last", "max_logprob_err", "seconds")
+    if args.json:
+        print(json.dumps({k: summary[k] for k in keys} | {"run_dir": summary["run_dir"]}))
+    else:
+        print(", ".join(f"{k} {summary[k]}" for k in keys) + f"\nrun folder: {summary['run_dir']}")
+    return 0
+
+
 def _serve_rollout(args: argparse.Namespace) -> int:
     from .config import load
     from .server.rollout import RolloutConfig, serve
@@ -234,6 +247,11 @@ def parser() -> argparse.ArgumentParser:
     run = sub.add_parser("up", help="the whole system on a dataset: vLLM, a rollout server, a gateway node")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. num_samples=4 vllm.start=false")
     run.set_defaults(func=_up)
+
+    learn = sub.add_parser("learn", help="GRPO steps on the tiny model through the whole system: the rollouts train")
+    learn.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    learn.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. steps=10 samples=4")
+    learn.set_defaults(func=_learn)
 
     rollout = sub.add_parser("serve-rollout", help="the rollout server alone (tasks, sessions, results, nodes)")
     rollout.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. port=8900 store.path=FILE")

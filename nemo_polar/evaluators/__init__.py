@@ -16,6 +16,7 @@ EVALUATORS: dict[str, tuple[str, str]] = {
     "session_completed": ("nemo_polar.evaluators.session_completed", "SessionCompleted"),
     "tests": ("nemo_polar.evaluators.tests", "TestsEvaluator"),
     "swebench": ("nemo_polar.evaluators.swebench", "SwebenchEvaluator"),
+    "answer": ("nemo_polar.evaluators.answer", "AnswerMatches"),
 }
 
 __all__ = ["EVALUATORS", "EvalContext", "Evaluation", "Evaluator", "evaluator_class", "make_evaluator"]

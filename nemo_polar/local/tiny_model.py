@@ -136,7 +136,7 @@ def build(out: Path, seed: int = 0, vocab_size: int = 4096, mean_tokens: float =
     model = Qwen2ForCausalLM(config).eval()
     _hold_constant_dimension(model)
     probe = _probe(tokenizer)
-    _calibrate_end_of_turn(model, probe, _never_sampled(tokenizer), config.eos_token_id, 1.0 / mean_tokens)
+    _calibrate_end_of_turn(model, probe, never_sampled(tokenizer), config.eos_token_id, 1.0 / mean_tokens)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     GenerationConfig(eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id).save_pretrained(out)
@@ -165,7 +165,7 @@ def _hold_constant_dimension(model, value: float = 4.0) -> None:
             layer.mlp.down_proj.weight[0, :] = 0.0
 
 
-def _never_sampled(tokenizer) -> list[int]:
+def never_sampled(tokenizer) -> list[int]:
     ids = [tokenizer.convert_tokens_to_ids(t) for t in CONTROL + MARKUP]
     for i in range(len(tokenizer)):
         text = tokenizer.decode([i])

@@ -6,11 +6,13 @@ the API process alone), is health-checked before use, and is stopped by process-
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +33,7 @@ class VLLMServer:
     python: Path = VLLM_PYTHON
     log_path: Path | None = None
     extra_args: list[str] = field(default_factory=list)
+    dev_mode: bool = False  # vLLM's /collective_rpc (reload_weights) and /reset_prefix_cache: weights in place
     process: subprocess.Popen | None = None
 
     @property
@@ -75,7 +78,7 @@ class VLLMServer:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"),
             "TOKENIZERS_PARALLELISM": "false",
-        }
+        } | ({"VLLM_SERVER_DEV_MODE": "1"} if self.dev_mode else {})
         if self.log_path:
             Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
@@ -112,6 +115,23 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+    def reload_weights(self) -> bool:
+        """Load the weights now in the model folder into the running server, in place (dev mode), and
+        drop its prefix cache; False when this server cannot (not in dev mode)."""
+        for path, body in (("/collective_rpc", {"method": "reload_weights"}), ("/reset_prefix_cache", None)):
+            request = urllib.request.Request(
+                self.url + path, json.dumps(body).encode() if body else b"", {"content-type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=120) as r:
+                    r.read()
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    return False
+                raise
+        return True
 
 
 def healthy(url: str) -> bool:

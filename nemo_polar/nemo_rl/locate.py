@@ -34,52 +34,11 @@ class NemoRLFailed(RuntimeError):
     """NeMo-RL's code could not run (not: it judged something wrong, which is an answer)."""
 
 
-@dataclass(frozen=True)
-class NemoRL:
-    dir: Path
-    python: Path
+class Commands:
+    """What NeMo-RL's code is asked, over `call` (a process per call, or one served process)."""
 
-    @property
-    def commit(self) -> str | None:
-        """The checkout's commit, when it is a git checkout."""
-        head = self.dir / ".git" / "HEAD"
-        if not head.is_file():
-            return None
-        ref = head.read_text().strip()
-        if not ref.startswith("ref: "):
-            return ref
-        target = self.dir / ".git" / ref[5:]
-        return target.read_text().strip() if target.is_file() else None
-
-    def call(self, command: str, payload: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
-        """Run one worker command in NeMo-RL's Python; its JSON answer."""
-        env = os.environ | {
-            "NEMO_RL_DIR": str(self.dir),
-            "PYTHONPATH": os.pathsep.join(p for p in (str(self.dir), os.environ.get("PYTHONPATH")) if p),
-            # the checkout may be read-only: keep NeMo-RL's bytecode beside its environment
-            "PYTHONPYCACHEPREFIX": str(DEPS / "nemo_rl_pycache"),
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "WANDB_MODE": "disabled",
-        }
-        done = subprocess.run(
-            [str(self.python), str(WORKER), command],
-            input=json.dumps(payload),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout_s,
-            check=False,
-        )
-        try:
-            answer = json.loads(done.stdout)
-        except json.JSONDecodeError:
-            raise NemoRLFailed(
-                f"NeMo-RL ({self.python}) exited {done.returncode} without an answer:\n{done.stderr[-4000:]}"
-            ) from None
-        if "failure" in answer:
-            raise NemoRLFailed(f"NeMo-RL failed on {command}: {answer['failure']}\n{answer.get('traceback', '')}")
-        return answer
-
+    def call(self, command: str, payload: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
 
     def postprocess(
         self, rows: list[dict], results: list[dict], num_generations: int, tokenizer: str | Path, **options: Any
@@ -96,6 +55,101 @@ class NemoRL:
         for error in answer["errors"]:
             out[error["row"]] = {"error": error["message"]}
         return out
+
+
+@dataclass(frozen=True)
+class NemoRL(Commands):
+    dir: Path
+    python: Path
+
+    @property
+    def commit(self) -> str | None:
+        """The checkout's commit, when it is a git checkout."""
+        head = self.dir / ".git" / "HEAD"
+        if not head.is_file():
+            return None
+        ref = head.read_text().strip()
+        if not ref.startswith("ref: "):
+            return ref
+        target = self.dir / ".git" / ref[5:]
+        return target.read_text().strip() if target.is_file() else None
+
+    def _env(self) -> dict[str, str]:
+        return os.environ | {
+            "NEMO_RL_DIR": str(self.dir),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(self.dir), os.environ.get("PYTHONPATH")) if p),
+            # the checkout may be read-only: keep NeMo-RL's bytecode beside its environment
+            "PYTHONPYCACHEPREFIX": str(DEPS / "nemo_rl_pycache"),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "WANDB_MODE": "disabled",
+        }
+
+    def call(self, command: str, payload: dict[str, Any], timeout_s: float = 900) -> dict[str, Any]:
+        """Run one worker command in NeMo-RL's Python (a process of its own); its JSON answer."""
+        done = subprocess.run(
+            [str(self.python), str(WORKER), command],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env=self._env(),
+            timeout=timeout_s,
+            check=False,
+        )
+        try:
+            answer = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            raise NemoRLFailed(
+                f"NeMo-RL ({self.python}) exited {done.returncode} without an answer:\n{done.stderr[-4000:]}"
+            ) from None
+        return _checked(command, answer)
+
+    def serve(self) -> Served:
+        """One NeMo-RL process for many calls (its imports take tens of seconds): `with nemo_rl.serve() as s:`."""
+        return Served(self)
+
+
+def _checked(command: str, answer: dict[str, Any]) -> dict[str, Any]:
+    if "failure" in answer:
+        raise NemoRLFailed(f"NeMo-RL failed on {command}: {answer['failure']}\n{answer.get('traceback', '')}")
+    return answer
+
+
+class Served(Commands):
+    """A worker process kept open: `call` sends one line, reads one line back."""
+
+    def __init__(self, nemo_rl: NemoRL):
+        self.nemo_rl = nemo_rl
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> Served:
+        self.process = subprocess.Popen(
+            [str(self.nemo_rl.python), str(WORKER), "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=self.nemo_rl._env(),
+            start_new_session=True,
+        )
+        return self
+
+    def call(self, command: str, payload: dict[str, Any]) -> dict[str, Any]:
+        assert self.process is not None and self.process.stdin and self.process.stdout
+        self.process.stdin.write(json.dumps({"command": command, "payload": payload}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise NemoRLFailed(f"NeMo-RL's worker ({self.nemo_rl.python}) exited with {self.process.wait()}")
+        return _checked(command, json.loads(line))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.stdin.close()  # type: ignore[union-attr]
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+            self.process = None
 
 
 def _python(checkout: Path) -> Path | None:

@@ -3,6 +3,7 @@
     python worker.py validate     < {"recipes": [{"path": ..., "overrides": [...]}]}
     python worker.py postprocess  < {"tokenizer": DIR, "rows": [...], "results": [...], ...}
     python worker.py about        < {}
+    python worker.py serve        < one {"command": ..., "payload": ...} per line, one answer per line out
 
 One JSON object in on stdin, one out on stdout. This file imports the standard library and NeMo-RL
 (with what NeMo-RL itself imports) and nothing of nemo_polar, so it runs in any environment that
@@ -173,15 +174,23 @@ def about(payload: dict[str, Any]) -> dict[str, Any]:
 COMMANDS = {"validate": validate, "postprocess": postprocess, "about": about}
 
 
-def main() -> int:
-    command = COMMANDS[sys.argv[1]]
-    payload = json.load(sys.stdin)
-    answer, sys.stdout = sys.stdout, sys.stderr  # whatever NeMo-RL prints stays out of the answer
+def run(command: str, payload: dict[str, Any]) -> dict[str, Any]:
     try:
-        out = command(payload)
+        return COMMANDS[command](payload)
     except Exception as exc:  # noqa: BLE001 - reported to the caller whole
-        out = {"failure": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-8000:]}
-    json.dump(out, answer)
+        return {"failure": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-8000:]}
+
+
+def main() -> int:
+    answer, sys.stdout = sys.stdout, sys.stderr  # whatever NeMo-RL prints stays out of the answers
+    if sys.argv[1] != "serve":
+        json.dump(run(sys.argv[1], json.load(sys.stdin)), answer)
+        return 0
+    # `serve`: one {"command", "payload"} per line in, one answer per line out, NeMo-RL imported once
+    for line in sys.stdin:
+        request = json.loads(line)
+        answer.write(json.dumps(run(request["command"], request["payload"])) + "\n")
+        answer.flush()
     return 0
 
 

@@ -362,8 +362,16 @@ class Proxy:
 
     @_admin
     async def resume(self, request: Request) -> Response:
+        """`?policy_version=N`: the weights just loaded; every call from now on is recorded with it."""
+        version = request.query_params.get("policy_version")
+        if version is not None:
+            self.set_policy_version(version)
         self.gate.resume()
-        return json_response(self.gate.status())
+        return json_response(self.gate.status() | {"policy_version": self.info.policy_version})
+
+    def set_policy_version(self, version: str) -> None:
+        self.info = self.info.model_copy(update={"policy_version": version})
+        self._targets.clear()  # they carry the version too
 
 
 class Relay:

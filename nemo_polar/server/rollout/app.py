@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -416,6 +417,8 @@ class RolloutServer:
         now = time.time()
         nodes = [n for n in self.store.nodes() if scheduler.alive(n, now)]
         path = f"/admin/inference/{action}?timeout_seconds={timeout}"
+        if action == "resume" and "policy_version" in request.query_params:  # the weights the nodes now serve
+            path += "&policy_version=" + quote(request.query_params["policy_version"])
         answers = await self._fan_out("POST", [(n, path) for n in nodes], timeout + 10)
         by_node = {n.id: answers[n.registration.url.rstrip("/") + path] for n in nodes}
         ok = all(isinstance(a, dict) and a["status"] < 300 for a in by_node.values())

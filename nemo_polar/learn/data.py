@@ -1,0 +1,70 @@
+"""From finished sessions to what the update trains on, by NeMo-RL's path.
+
+Each session becomes the Gym `/run` result our Gym agent returns (`nemo_polar.env.gym.rollout_result`),
+and the results become training samples by NeMo-RL's own post-processing (`nemo_polar.nemo_rl`, its Gym
+rollout loop's code: contiguity, message logs, reward, mask_sample), so the loop trains on exactly what
+NeMo-RL would. Without a NeMo-RL checkout the same Gym items are read directly (`_read_items`): their
+token fields, concatenated in order, masked where sampled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..env import gym as polar_gym
+from ..nemo_rl.locate import Commands
+from .policy import Sample
+
+AGENT = {"type": "responses_api_agents", "name": "polar_agent"}
+
+
+def gym_results(tasks: list[tuple[str, dict[str, Any]]]) -> tuple[list[dict], list[dict]]:
+    """(rows, results): one Gym row and `/run` result per session of each (instruction, task) given as
+    `GET /tasks/{id}` answers it, the samples of each task together."""
+    rows, results = [], []
+    for instruction, task in tasks:
+        row = {"responses_create_params": {"input": [{"role": "user", "content": instruction}]}, "agent_ref": AGENT}
+        for session in sorted(task["sessions"], key=lambda s: s["sample_index"]):
+            rows.append(row)
+            results.append(polar_gym.rollout_result(row, session, task_id=task["task_id"]))
+    return rows, results
+
+
+def samples(
+    tasks: list[tuple[str, dict[str, Any]]], tokenizer: Path, nemo_rl: Commands | None
+) -> tuple[list[Sample], list[str]]:
+    """The unmasked samples of every task's sessions (group = task), and why any were left out."""
+    rows, results = gym_results(tasks)
+    group_size = len(tasks[0][1]["sessions"]) if tasks else 1
+    if nemo_rl is not None:
+        judged = nemo_rl.postprocess(rows, results, group_size, tokenizer)
+    else:
+        judged = [_read_items(r) for r in results]
+    out, left_out = [], []
+    for i, sample in enumerate(judged):
+        if "error" in sample or sample["mask_sample"]:
+            left_out.append(sample.get("error") or results[i].get("failure_reason") or "masked")
+            continue
+        tokens, mask, logprobs = [], [], []
+        for m in sample["message_log"]:
+            tokens += m["token_ids"]
+            mask += [int(m["role"] == "assistant")] * len(m["token_ids"])
+            logprobs += m.get("generation_logprobs") or [0.0] * len(m["token_ids"])
+        out.append(Sample(tokens, mask, logprobs, float(sample["total_reward"]), i // group_size))
+    return out, left_out
+
+
+def _read_items(result: dict[str, Any]) -> dict[str, Any]:
+    """Without NeMo-RL: the Gym items' token fields in order (each prompt extends the tokens before it)."""
+    log, seen = [], 0
+    for item in result["response"]["output"]:
+        if not item.get("generation_token_ids"):
+            continue
+        prompt = item["prompt_token_ids"]
+        log.append({"role": "user", "token_ids": prompt[seen:]})
+        generated = item["generation_token_ids"]
+        log.append({"role": "assistant", "token_ids": generated, "generation_logprobs": item["generation_log_probs"]})
+        seen = len(prompt) + len(generated)
+    mask = bool((result.get("instance_config") or {}).get("mask_sample"))
+    return {"message_log": log, "total_reward": result["reward"], "mask_sample": mask}

@@ -1,0 +1,280 @@
+"""`polar learn`: GRPO steps on the tiny model through the whole system, to show the rollouts train.
+
+Each step: every prompt becomes a task of `samples` sessions (a GRPO group) on the rollout server; a
+gateway node runs the harness (by default the one-call `shell` agent, `examples/one_call_agent.py`) in a
+bubblewrap sandbox against the proxy and vLLM; POST-RUN builds the traces and the `answer` evaluator
+gives the reward. The sessions become Gym `/run` results and NeMo-RL's post-processing turns them into
+samples (`learn/data.py`); the recorded logprobs are checked against a torch recompute; one GRPO step
+updates the policy (`learn/policy.py`). The new weights go out through the product: the rollout server
+pauses every node's proxy (held and drained), vLLM reloads the weights in place and drops its prefix
+cache, and the resume carries the new policy version, recorded on every later call. A restart of vLLM
+is the fallback where it cannot reload in place.
+
+This is the one-machine reference loop. Training at scale is NeMo-RL's (README: Train with NeMo-RL).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from statistics import fmean
+from typing import Any
+
+import httpx
+from pydantic import Field
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..config import ProxyConfig, Strict
+from ..local.vllm_server import ROOT, TINY_MODEL, VLLMServer
+from ..proxy.app import Proxy
+from ..proxy.serve import free_port
+from ..server.contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
+from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
+from ..server.rollout import RolloutConfig, RolloutThread
+from .data import samples as to_samples
+from .policy import Policy
+
+# Toy prompts whose reward (the answer holds a digit) the random model earns tens of percent of the time:
+# a dense enough signal for a few steps to move it (a sparse one, a few percent, does not learn).
+PROMPTS = (
+    "Write a number.",
+    "How many legs does a spider have?",
+    "Give me a year.",
+    "What is 2 + 2?",
+    "Count to three.",
+    "Name a prime.",
+    "What time is it?",
+    "Pick a digit.",
+)
+
+
+class LearnConfig(Strict):
+    """`conf/learn.yaml`."""
+
+    run_dir: str = "runs/learn"
+    steps: int = Field(20, ge=1)
+    prompts: int = Field(8, ge=1, le=len(PROMPTS), description="tasks per step")
+    samples: int = Field(8, ge=2, description="sessions per task: the GRPO group")
+    max_tokens: int = Field(8, ge=1, description="each answer's cap: length alone cannot earn the reward")
+    lr: float = Field(3e-3, gt=0)
+    pattern: str = Field("[0-9]", description="the reward: the answer contains it")
+    harness: HarnessSpec = HarnessSpec(name="shell", command=f"python3 {ROOT / 'examples' / 'one_call_agent.py'}")
+    runtime: RuntimeSpec = RuntimeSpec()
+    model: str = str(TINY_MODEL)
+    capacity: NodeCapacity = NodeCapacity(init=4, run=8, postrun=4, ready=8)
+    nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
+
+
+def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
+    console = console or Console(width=120)
+    run_dir = Path(cfg.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
+    policy_dir = run_dir / "policy"
+    shutil.copytree(cfg.model, policy_dir)  # the weights vLLM serves and each step overwrites
+    started = time.monotonic()
+    vllm = VLLMServer(model=policy_dir, port=free_port(), served_name="polar-learn", dev_mode=True)
+    vllm.log_path = run_dir / "vllm.log"
+    with console.status("starting vLLM (about 40 s on CPU)"):
+        vllm.start()
+    try:
+        with _nemo_rl(cfg, console) as nemo_rl, _system(cfg, vllm, run_dir) as (rollout_url, proxy):
+            summary = _steps(cfg, run_dir, vllm, rollout_url, proxy, nemo_rl, console)
+    finally:
+        vllm.stop()
+    summary["seconds"] = round(time.monotonic() - started, 1)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    _plot(summary, run_dir / "reward.png")
+    summary["run_dir"] = str(run_dir)
+    return summary
+
+
+class _nemo_rl:  # noqa: N801 - a context manager read as a value
+    """NeMo-RL's post-processing, one process for the whole run; None without a checkout."""
+
+    def __init__(self, cfg: LearnConfig, console: Console):
+        self.cfg, self.console, self.served = cfg, console, None
+
+    def __enter__(self):
+        from ..nemo_rl import NemoRLNotFound, locate
+
+        if not self.cfg.nemo_rl:
+            return None
+        try:
+            self.served = locate().serve().__enter__()
+        except NemoRLNotFound as exc:
+            self.console.print(f"[yellow]{exc}: the Gym items are read directly[/yellow]")
+        return self.served
+
+    def __exit__(self, *exc: object) -> None:
+        if self.served is not None:
+            self.served.__exit__(*exc)
+
+
+class _system:  # noqa: N801
+    """A rollout server and one gateway node (the proxy and the staged pools) in front of vLLM."""
+
+    def __init__(self, cfg: LearnConfig, vllm: VLLMServer, run_dir: Path):
+        port = free_port()
+        self.proxy = Proxy(
+            ProxyConfig.model_validate(
+                {
+                    "port": port,
+                    "store": {"path": str(run_dir / "records.sqlite")},
+                    # the trainer's pair, whatever the agent asks; version 0: the weights as built
+                    "upstream": {
+                        "url": vllm.url,
+                        "sampling": {"temperature": 1.0, "top_p": 1.0},
+                        "policy_version": "0",
+                    },
+                }
+            )
+        )
+        self.rollout = RolloutThread(RolloutConfig(port=0, store={"path": str(run_dir / "rollout.sqlite")}))
+        self.node_cfg = NodeConfig(
+            node_id="node-0",
+            rollout_url="",
+            public_url=f"http://127.0.0.1:{port}",
+            root=str(run_dir / "node"),
+            capacity=cfg.capacity,
+            heartbeat_s=2.0,
+        )
+        self.port = port
+        self.node: NodeThread | None = None
+
+    def __enter__(self) -> tuple[str, Proxy]:
+        self.rollout.__enter__()
+        node_cfg = self.node_cfg.model_copy(update={"rollout_url": self.rollout.url})
+        self.node = NodeThread(GatewayNode(node_cfg, self.proxy), "127.0.0.1", self.port).__enter__()
+        return self.rollout.url, self.proxy
+
+    def __exit__(self, *exc: object) -> None:
+        if self.node is not None:
+            self.node.__exit__(*exc)
+        self.proxy.store.close()
+        self.rollout.__exit__(*exc)
+
+
+def _tasks(cfg: LearnConfig, step: int) -> list[TaskSpec]:
+    return [
+        TaskSpec(
+            task_id=f"step{step:03d}-p{i}",
+            instruction=prompt,
+            harness=cfg.harness,
+            runtime=cfg.runtime,
+            evaluator=EvaluatorSpec(kind="answer", config={"pattern": cfg.pattern}),
+            num_samples=cfg.samples,
+            max_output_tokens=cfg.max_tokens,
+            session_timeout_s=120,
+            agent_timeout_s=60,
+        )
+        for i, prompt in enumerate(PROMPTS[: cfg.prompts])
+    ]
+
+
+def _run_step(client: httpx.Client, specs: list[TaskSpec]) -> list[tuple[str, dict]]:
+    for spec in specs:
+        client.post("/tasks", json=spec.model_dump(mode="json")).raise_for_status()
+    while True:
+        tasks = [client.get(f"/tasks/{s.task_id}").json() for s in specs]
+        if all(t["status"] != "running" for t in tasks):
+            return [(s.instruction, t) for s, t in zip(specs, tasks, strict=True)]
+        time.sleep(0.2)
+
+
+def _publish(client: httpx.Client, vllm: VLLMServer, policy: Policy, version: int) -> None:
+    """The new weights, served through the product: pause every node (drained), reload in place (or
+    restart vLLM), resume with the new policy version."""
+    policy.save()
+    client.post("/admin/inference/pause", params={"timeout_seconds": 60}).raise_for_status()
+    if not vllm.reload_weights():
+        vllm.stop()
+        vllm.start()
+    client.post("/admin/inference/resume", params={"policy_version": str(version)}).raise_for_status()
+
+
+def _digit_tokens(policy: Policy, pattern: str) -> list[int]:
+    import re
+
+    return [i for i in range(len(policy.tokenizer)) if re.search(pattern, policy.tokenizer.decode([i]))]
+
+
+def _steps(
+    cfg: LearnConfig, run_dir: Path, vllm: VLLMServer, rollout_url: str, proxy: Proxy, nemo_rl, console: Console
+) -> dict[str, Any]:
+    policy = Policy(vllm.model, cfg.lr)
+    rewarded = _digit_tokens(policy, cfg.pattern)
+    history: list[dict[str, Any]] = []
+    columns = (TextColumn("step {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"))
+    with (
+        httpx.Client(base_url=rollout_url, timeout=120) as client,
+        Progress(*columns, TimeElapsedColumn(), console=console) as progress,
+    ):
+        bar = progress.add_task("reward -", total=cfg.steps)
+        for step in range(cfg.steps):
+            t0, since = time.monotonic(), time.time()
+            tasks = _run_step(client, _tasks(cfg, step))
+            batch, left_out = to_samples(tasks, vllm.model, nemo_rl)
+            prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
+            row = {
+                "step": step,
+                "reward": round(fmean(s.reward for s in batch), 4) if batch else None,
+                "first_token_in_pattern": round(policy.first_token_probability(prompts, rewarded), 4),
+                "answer_tokens": round(fmean(sum(s.mask) for s in batch), 2) if batch else None,
+                "logprob_err": policy.logprob_error(batch),
+                "samples": len(batch),
+                "left_out": len(left_out),
+                "policy_versions": sorted(map(str, _versions(proxy, since))),
+            }
+            row |= policy.update(batch)
+            _publish(client, vllm, policy, step + 1)
+            row["seconds"] = round(time.monotonic() - t0, 2)
+            history.append(row)
+            progress.update(
+                bar, advance=1, description=f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
+            )
+    return _summary(history, nemo_rl is not None)
+
+
+def _versions(proxy: Proxy, since: float) -> set[str | None]:
+    """The policy versions recorded on the calls made since `since` (a step runs between two updates)."""
+    proxy.store.flush()
+    return {r.upstream.policy_version for r in proxy.store.records() if r.started_at >= since}
+
+
+def _summary(history: list[dict[str, Any]], judged_by_nemo_rl: bool) -> dict[str, Any]:
+    rewards = [h["reward"] for h in history if h["reward"] is not None]
+    return {
+        "steps": len(history),
+        "reward_first": rewards[0] if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
+        "max_logprob_err": max(h["logprob_err"] for h in history),
+        "post_processing": "nemo_rl" if judged_by_nemo_rl else "gym_items",
+        "history": history,
+    }
+
+
+def _plot(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in summary["history"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    ax.plot(steps, [h["reward"] for h in summary["history"]], marker="o", label="reward (answer holds a digit)")
+    ax.plot(
+        steps,
+        [h["first_token_in_pattern"] for h in summary["history"]],
+        marker="s",
+        label="P(first answer token is a digit)",
+    )
+    ax.set_xlabel("GRPO step")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"polar learn: tiny model, {summary['post_processing']} post-processing")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
