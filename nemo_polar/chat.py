@@ -82,6 +82,7 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     id: str = ""
+    policy_version: str | None = None  # the weights that sampled it, when the server says (SGLang's weight_version)
 
     def message_dict(self) -> dict[str, Any]:
         return {

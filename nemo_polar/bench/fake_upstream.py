@@ -46,9 +46,11 @@ class FakeUpstream:
         token_delay_s: float = 0.0,
         keep: int = 256,
         served_model: str = SERVED_MODEL,
+        weight_version: str | None = None,
     ):
         self.engine = engine
         self.served_model = served_model
+        self.weight_version = weight_version  # like SGLang, reported in each answer's metadata when set
         self.tokens = tokens
         self.token_delay_s = token_delay_s
         self.requests: deque[dict[str, Any]] = deque(maxlen=keep)
@@ -125,6 +127,8 @@ class FakeUpstream:
         }
         if fault != "no_token_ids":
             self._token_fields(out, choice, _prompt_ids(body), ids, logprobs)
+        if self.weight_version is not None:
+            out["metadata"] = {"weight_version": self.weight_version}
         if fault == "slow":
             await asyncio.sleep(1.0)
         elif self.token_delay_s:
@@ -164,6 +168,8 @@ class FakeUpstream:
         first = dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
         if fault != "no_token_ids":
             first["prompt_token_ids"] = _prompt_ids(body)
+        if self.weight_version is not None:
+            first["metadata"] = {"weight_version": self.weight_version}
         await send(first)
         if tool:
             call = self._call(body)

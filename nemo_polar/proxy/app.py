@@ -285,7 +285,7 @@ class Proxy:
                 usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
                 if c
                 else {},
-                upstream=call.target or self.info,
+                upstream=_served_by(call.target or self.info, c),
                 status=status or (err.kind if err else "ok"),
                 error=error or (err.message if err else None),
             )
@@ -479,6 +479,13 @@ class RelayResponse(Response):
             # no await since the last send: the watcher, woken by the response completing, never ran
             watcher.cancel()
             await self.relay.close()
+
+
+def _served_by(target: UpstreamInfo, c: Completion | None) -> UpstreamInfo:
+    """The policy version the server reported for this call wins over the one the operator set."""
+    if c is None or c.policy_version is None or c.policy_version == target.policy_version:
+        return target
+    return target.model_copy(update={"policy_version": c.policy_version})
 
 
 def base_url(url: str) -> str:

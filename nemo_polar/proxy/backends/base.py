@@ -144,6 +144,9 @@ class StreamAssembler:
             c.id = body.get("id", "")
         if not c.model:
             c.model = body.get("model", "")
+        if c.policy_version is None and body.get("metadata"):  # SGLang: {"metadata": {"weight_version": ...}}
+            version = body["metadata"].get("weight_version")
+            c.policy_version = None if version is None else str(version)
         if not c.prompt_token_ids:
             c.prompt_token_ids = list(self.backend.prompt_ids(body, choice) or [])
         tokens = self.backend.completion_tokens(choice)
