@@ -274,7 +274,10 @@ async def _measure(
                 **thr,
                 "vs_direct": {k: round(v / rps["direct"], 3) for k, v in rps.items() if k != "direct"},
                 "vs_bare": {k: round(v / rps["bare"], 3) for k, v in rps.items() if k in DIALECTS},
-                "cpu_vs_bare": {k: round(v / cpu["bare"], 3) for k, v in cpu.items() if k in DIALECTS},
+                # None when the run was too short for the clock's ticks (10 ms) to see the bare relay
+                "cpu_vs_bare": {
+                    k: round(v / cpu["bare"], 3) if cpu["bare"] else None for k, v in cpu.items() if k in DIALECTS
+                },
             }
         )
         paced_arms = arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",))

@@ -1,4 +1,4 @@
-"""The HTTP client to the inference server, and the one place its failures become our errors."""
+"""Calls to the inference server (over `http.Client`), and the one place their failures become our errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import aiohttp
 import orjson
 
 from ..errors import (
@@ -18,6 +17,7 @@ from ..errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from .http import Client, Response
 
 _OVERFLOW_HINTS = ("maximum context length", "context length", "too long", "max_model_len", "exceeds the model")
 
@@ -39,28 +39,18 @@ def upstream_error(status: int, text: str) -> UpstreamError:
 
 
 class Upstream:
-    def __init__(self, timeout_s: float, connect_timeout_s: float, max_connections: int = 0):
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=connect_timeout_s)
-        self.max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
+    def __init__(self, timeout_s: float, connect_timeout_s: float):
+        self.timeout_s = timeout_s  # one deadline per call: connecting, the answer and all its body
+        self.http = Client(connect_timeout_s)
         self._served: dict[str, asyncio.Future[str]] = {}
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=self.timeout,
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-            )
-        return self._session
 
     async def served_model(self, url: str) -> str:
         """The first model `url`'s `/v1/models` lists, asked once per server (concurrent askers share it)."""
         asked = self._served.get(url)
         if asked is None:
             asked = self._served[url] = asyncio.ensure_future(self._first_model(url))
+        elif asked.done() and not asked.cancelled() and asked.exception() is None:
+            return asked.result()  # every call after the first: no shield to build
         try:
             return await asyncio.shield(asked)
         except PolarError:
@@ -68,11 +58,9 @@ class Upstream:
             raise
 
     async def _first_model(self, url: str) -> str:
-        async with self._errors():
-            async with self.session.get(url + "/v1/models") as resp:
-                text = await resp.read()
-                if resp.status >= 400:
-                    raise upstream_error(resp.status, text.decode(errors="replace"))
+        status, text = await self._call("GET", url + "/v1/models", None)
+        if status >= 400:
+            raise upstream_error(status, text.decode(errors="replace"))
         try:
             return str(orjson.loads(text)["data"][0]["id"])
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
@@ -81,20 +69,24 @@ class Upstream:
             ) from None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self.http.close()
 
     async def post_json(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, text = await self._call("POST", url, orjson.dumps(body))
+        if status >= 400:
+            raise upstream_error(status, text.decode(errors="replace"))
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            raise InvalidUpstream(f"upstream answered with invalid JSON: {text[:200]!r}") from None
+
+    async def _call(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
         async with self._errors():
-            async with self.session.post(url, data=orjson.dumps(body), headers=_JSON) as resp:
-                text = await resp.read()
-                if resp.status >= 400:
-                    raise upstream_error(resp.status, text.decode(errors="replace"))
-                try:
-                    return orjson.loads(text)
-                except orjson.JSONDecodeError:
-                    raise InvalidUpstream(f"upstream answered with invalid JSON: {text[:200]!r}") from None
+            response = await self.http.request(method, url, body, self.timeout_s)
+            try:
+                return response.status, await response.read()
+            finally:
+                response.release()
 
     @asynccontextmanager
     async def open_stream(
@@ -102,23 +94,28 @@ class Upstream:
     ) -> AsyncIterator[AsyncIterator[tuple[list[dict[str, Any]], bool]]]:
         """Open a streaming call; raises before yielding if the upstream refuses it."""
         async with self._errors():
-            async with self.session.post(url, data=orjson.dumps(body), headers=_JSON) as resp:
-                if resp.status >= 400:
-                    raise upstream_error(resp.status, (await resp.read()).decode(errors="replace"))
-                yield self._events(resp)
+            response = await self.http.request("POST", url, orjson.dumps(body), self.timeout_s)
+            try:
+                if response.status >= 400:
+                    raise upstream_error(response.status, (await response.read()).decode(errors="replace"))
+                yield self._events(response)
+            finally:
+                response.release()
 
-    async def _events(self, resp: aiohttp.ClientResponse) -> AsyncIterator[tuple[list[dict[str, Any]], bool]]:
+    async def _events(self, response: Response) -> AsyncIterator[tuple[list[dict[str, Any]], bool]]:
         """The stream's chunks, parsed, in batches: all that one read brought (one chunk when the
         upstream is slow, several when it or the proxy is busy), each with whether it is the last."""
         async with self._errors():
             pending = bytearray()
-            async for data in resp.content.iter_any():
+            async for data in response.chunks():
                 pending += data
                 end = pending.rfind(b"\n") + 1
                 if not end:
                     continue
                 batch, done = _parse(pending[:end].split(b"\n"))
                 del pending[:end]
+                if done:
+                    response.finished_reading()
                 if batch or done:
                     yield batch, done
                 if done:
@@ -132,11 +129,9 @@ class Upstream:
     async def _errors(self) -> AsyncIterator[None]:
         try:
             yield
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise UpstreamTimeout(f"upstream did not answer in time ({exc.__class__.__name__})") from exc
-        except aiohttp.ClientPayloadError as exc:
-            raise UpstreamUnreachable(f"upstream broke off its answer: {exc}") from exc
-        except aiohttp.ClientError as exc:
+        except TimeoutError as exc:
+            raise UpstreamTimeout(f"upstream did not answer in time ({exc})") from exc
+        except OSError as exc:  # refused, unresolvable, reset, broken off (BrokenOff)
             raise UpstreamUnreachable(f"upstream unreachable: {exc.__class__.__name__}: {exc}") from exc
 
 
