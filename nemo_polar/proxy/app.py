@@ -32,6 +32,7 @@ from ..store import SqliteStore
 from .backends import BACKENDS
 from .dialects import DIALECTS, Dialect, guess_dialect
 from .gate import GenerationGate
+from .http import Response as UpstreamResponse
 from .ids import new_hex
 from .sessions import Sessions
 from .splice import SpliceIndex
@@ -210,7 +211,8 @@ class Proxy:
         raw = await self._read_body(request)
         native = _json(raw)
         params = dict(request.path_params) | {"path": request.scope["path"]}
-        chat = dialect.parse_request(native, params, dict(request.query_params))
+        query = dict(request.query_params) if request.scope["query_string"] else {}  # parsed only if there is one
+        chat = dialect.parse_request(native, params, query)
         for cap in (self.config.limits.max_tokens, session.max_tokens):
             if cap is not None:
                 chat.max_tokens = min(chat.max_tokens or cap, cap)
@@ -249,9 +251,8 @@ class Proxy:
         return call.target.url + "/v1/chat/completions"
 
     async def _open_relay(self, call: Call) -> Response:
-        opened = self.upstream.open_stream(self._chat_url(call), call.upstream_body)
-        chunks = await opened.__aenter__()  # raises here if the upstream refuses: a plain error response
-        return RelayResponse(Relay(self, call, opened, chunks))
+        response = await self.upstream.open_stream(self._chat_url(call), call.upstream_body)  # refused: raises
+        return RelayResponse(Relay(self, call, response))
 
     def _record(
         self,
@@ -377,8 +378,9 @@ class Proxy:
 class Relay:
     """Relays one upstream stream to the harness as its dialect's events, and records it once."""
 
-    def __init__(self, proxy: Proxy, call: Call, opened, chunks: AsyncIterator[tuple[list[dict[str, Any]], bool]]):
-        self.proxy, self.call, self.opened, self.chunks = proxy, call, opened, chunks
+    def __init__(self, proxy: Proxy, call: Call, response: UpstreamResponse):
+        self.proxy, self.call, self.response = proxy, call, response
+        self.chunks = proxy.upstream.events(response)
         self.completion: Completion | None = None
         self.failure: PolarError | None = None
         self.recorded = False
@@ -434,14 +436,14 @@ class Relay:
         else:
             self.proxy._record(self.call, None, status="client_disconnected", error="client disconnected mid-stream")
 
-    async def close(self) -> None:
+    def close(self) -> None:
         """Idempotent: runs when the stream ended, failed, or the harness went away."""
         if self.closed:
             return
         self.closed = True
         self._finish()
         try:
-            await self.opened.__aexit__(None, None, None)
+            self.response.release()
         finally:
             self.proxy.gate.release()
 
@@ -478,7 +480,7 @@ class RelayResponse(Response):
         finally:
             # no await since the last send: the watcher, woken by the response completing, never ran
             watcher.cancel()
-            await self.relay.close()
+            self.relay.close()
 
 
 def _served_by(target: UpstreamInfo, c: Completion | None) -> UpstreamInfo:

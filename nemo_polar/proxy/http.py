@@ -11,6 +11,7 @@ one deadline for everything: connecting, the answer, its body.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -36,15 +37,11 @@ class Client:
         """Sends a call and waits for its status; the body is then read from the response, which
         must be released. Raises TimeoutError past the deadline, OSError when the server cannot be
         reached or breaks off."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        u = urlsplit(url)
-        key = (u.scheme, u.hostname or "", u.port or (443 if u.scheme == "https" else 80))
-        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        head = f"{method} {target} HTTP/1.1\r\nHost: {u.netloc.rpartition('@')[2]}\r\n"
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        key, head = _route(method, url)
         if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-        message = [(head + "\r\n").encode("latin-1"), body or b""]
+            head += b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body)
+        message = [head + b"\r\n", body or b""]
         while True:
             conn, reused = await self._connection(key, deadline)
             response = Response(self, conn, key, deadline)
@@ -84,6 +81,15 @@ class Client:
             for conn in conns:
                 conn.close()
         self.idle.clear()
+
+
+@functools.lru_cache(maxsize=256)
+def _route(method: str, url: str) -> tuple[tuple[str, str, int], bytes]:
+    """The pool key and the head's first lines of a call (a proxy calls a few URLs, many times)."""
+    u = urlsplit(url)
+    key = (u.scheme, u.hostname or "", u.port or (443 if u.scheme == "https" else 80))
+    target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    return key, f"{method} {target} HTTP/1.1\r\nHost: {u.netloc.rpartition('@')[2]}\r\n".encode("latin-1")
 
 
 class Response:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -81,32 +80,38 @@ class Upstream:
             raise InvalidUpstream(f"upstream answered with invalid JSON: {text[:200]!r}") from None
 
     async def _call(self, method: str, url: str, body: bytes | None) -> tuple[int, bytes]:
-        async with self._errors():
+        try:
             response = await self.http.request(method, url, body, self.timeout_s)
             try:
                 return response.status, await response.read()
             finally:
                 response.release()
+        except OSError as exc:
+            raise _failure(exc) from exc
 
-    @asynccontextmanager
-    async def open_stream(
-        self, url: str, body: dict[str, Any]
-    ) -> AsyncIterator[AsyncIterator[tuple[list[dict[str, Any]], bool]]]:
-        """Open a streaming call; raises before yielding if the upstream refuses it."""
-        async with self._errors():
+    async def open_stream(self, url: str, body: dict[str, Any]) -> Response:
+        """Open a streaming call (read it with `events`, then release it); raises if the upstream
+        refuses it."""
+        try:
             response = await self.http.request("POST", url, orjson.dumps(body), self.timeout_s)
+        except OSError as exc:
+            raise _failure(exc) from exc
+        if response.status >= 400:
+            status, text = response.status, b""
             try:
-                if response.status >= 400:
-                    raise upstream_error(response.status, (await response.read()).decode(errors="replace"))
-                yield self._events(response)
+                text = await response.read()
+            except OSError:
+                pass  # the status says enough
             finally:
                 response.release()
+            raise upstream_error(status, text.decode(errors="replace"))
+        return response
 
-    async def _events(self, response: Response) -> AsyncIterator[tuple[list[dict[str, Any]], bool]]:
+    async def events(self, response: Response) -> AsyncIterator[tuple[list[dict[str, Any]], bool]]:
         """The stream's chunks, parsed, in batches: all that one read brought (one chunk when the
         upstream is slow, several when it or the proxy is busy), each with whether it is the last."""
-        async with self._errors():
-            pending = bytearray()
+        pending = bytearray()
+        try:
             async for data in response.chunks():
                 pending += data
                 end = pending.rfind(b"\n") + 1
@@ -120,19 +125,18 @@ class Upstream:
                     yield batch, done
                 if done:
                     return
-            batch, done = _parse([pending])  # a last line without its newline
-            yield batch, done
-            if not done:
-                raise UpstreamUnreachable("upstream closed the stream before it was complete")
+        except OSError as exc:
+            raise _failure(exc) from exc
+        batch, done = _parse([pending])  # a last line without its newline
+        yield batch, done
+        if not done:
+            raise UpstreamUnreachable("upstream closed the stream before it was complete")
 
-    @asynccontextmanager
-    async def _errors(self) -> AsyncIterator[None]:
-        try:
-            yield
-        except TimeoutError as exc:
-            raise UpstreamTimeout(f"upstream did not answer in time ({exc})") from exc
-        except OSError as exc:  # refused, unresolvable, reset, broken off (BrokenOff)
-            raise UpstreamUnreachable(f"upstream unreachable: {exc.__class__.__name__}: {exc}") from exc
+
+def _failure(exc: OSError) -> UpstreamError:
+    if isinstance(exc, TimeoutError):
+        return UpstreamTimeout(f"upstream did not answer in time ({exc})")
+    return UpstreamUnreachable(f"upstream unreachable: {exc.__class__.__name__}: {exc}")  # refused, reset, cut
 
 
 _JSON = {"Content-Type": "application/json"}

@@ -35,16 +35,16 @@ class Template:
     __slots__ = ("parts",)
 
     def __init__(self, data: Any, event: str | None = None):
-        encoded = sse(data, event)
+        encoded = remaining = sse(data, event)
         self.parts: list[bytes] = []
         for marker in _MARKERS:
-            head, found, rest = encoded.partition(marker)
+            head, found, tail = remaining.partition(marker)
             if not found:
                 break
             self.parts.append(head)
-            encoded = rest
-        self.parts.append(encoded)
-        if any(m in p for p in self.parts for m in _MARKERS):
+            remaining = tail
+        self.parts.append(remaining)
+        if encoded.count(_MARK) != len(self.parts) - 1:
             raise ValueError("a template's holes must appear in their index order")
 
     def render(self, *values: Any) -> bytes:
@@ -57,6 +57,7 @@ class Template:
 
 HOLES = tuple(f"\x00polar-hole-{i}\x00" for i in range(4))
 _MARKERS = tuple(orjson.dumps(h) for h in HOLES)
+_MARK = b"polar-hole-"
 
 
 def validate(model: type[BaseModel], body: Any) -> Any:
