@@ -1,10 +1,17 @@
-"""What the rollout server and the gateway nodes say to each other: tasks, sessions, results.
+"""What the rollout server, the gateway nodes and their clients say to each other: tasks, sessions,
+results, nodes. The layer every part shares (beside `records`): it imports no server.
 
 A task is one prompt of the dataset run `num_samples` times (a GRPO group). Each run is a
 session, which moves through these states; the last four are terminal and final:
 
     registered -> initializing -> ready -> running -> post_run -> building -> evaluating
                -> completed | error | timeout | cancelled
+
+A task names its plug-ins (harness, runtime, builder, evaluator) from `nemo_polar.plugins`. Names are
+checked when a spec is validated, and the harness's settings and the evaluator's config are validated
+by the plug-in's own model, so a typo is refused when the task is submitted (400, naming the known
+ones), never on a node after its sandbox was built. Specs read back from a store were checked when
+they were submitted: validated with `STORED` as context, their plug-ins are not loaded again.
 """
 
 from __future__ import annotations
@@ -12,9 +19,16 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ..config import Strict
+from .config import Strict
+from .plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
+
+STORED = {"stored": True}  # validation context for specs read back from a store
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
 
 
 class SessionState(StrEnum):
@@ -38,21 +52,35 @@ class SessionState(StrEnum):
 TERMINAL = frozenset({SessionState.COMPLETED, SessionState.ERROR, SessionState.TIMEOUT, SessionState.CANCELLED})
 
 
-class HarnessSpec(Strict):
-    name: str = Field(description="codex, claude_code, qwen_code, gemini_cli, pi, mini_swe_agent or shell")
-    dialect: str | None = Field(None, description="for pi: which wire API")
-    command: str | None = Field(None, description="for shell: the command, run with sh -c in the working copy")
+class HarnessSpec(BaseModel):
+    """Which harness, its step limit, and its own settings: every other key is the harness's, validated
+    by its `Settings` model (e.g. pi's `dialect`, shell's `command`, everyone's `env`). A key set to
+    null is left to the harness's default."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(description="a registered harness (nemo_polar.plugins.HARNESSES) or 'package.module:Class'")
     max_steps: int = Field(20, ge=1)
 
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        return HARNESSES.check(name)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The harness's own settings as given (nulls left out)."""
+        return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
+
     @model_validator(mode="after")
-    def _shell_has_command(self) -> HarnessSpec:
-        if self.name == "shell" and not self.command:
-            raise ValueError("harness `shell` needs `command`")
+    def _settings_fit(self, info: ValidationInfo) -> HarnessSpec:
+        if not _stored(info):
+            HARNESSES[self.name].parse_settings(self.options)
         return self
 
 
 class RuntimeSpec(Strict):
-    kind: Literal["local", "docker", "apptainer"] = "local"
+    kind: str = Field("local", description="local, docker, apptainer, or 'package.module:Class'")
     image: str | None = Field(None, description="docker: an image name; apptainer: a .sif file or URI")
     repo: str | None = Field(None, description="a folder copied as the session's working copy")
     sandbox: bool = Field(True, description="local: bubblewrap where present (read-only host, private /tmp)")
@@ -63,6 +91,11 @@ class RuntimeSpec(Strict):
     memory: str | None = Field(
         None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="docker/apptainer: memory limit, e.g. 2g or 512m"
     )
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        return RUNTIMES.check(kind)
 
     @model_validator(mode="after")
     def _fits_kind(self) -> RuntimeSpec:
@@ -79,8 +112,19 @@ class RuntimeSpec(Strict):
 
 
 class EvaluatorSpec(Strict):
-    kind: str = "session_completed"
-    config: dict[str, Any] = Field(default_factory=dict)
+    kind: str = Field("session_completed", description="a registered evaluator or 'package.module:Class'")
+    config: dict[str, Any] = Field(default_factory=dict, description="the evaluator's own `Config`")
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        return EVALUATORS.check(kind)
+
+    @model_validator(mode="after")
+    def _config_fits(self, info: ValidationInfo) -> EvaluatorSpec:
+        if not _stored(info):
+            EVALUATORS[self.kind].parse_config(self.config)
+        return self
 
 
 class TaskSpec(Strict):
@@ -88,9 +132,9 @@ class TaskSpec(Strict):
     instruction: str = Field(min_length=1)
     fields: dict[str, Any] = Field(default_factory=dict, description="the dataset row")
     harness: HarnessSpec
-    runtime: RuntimeSpec = RuntimeSpec()
-    builder: Literal["per_request", "prefix_tree"] = "prefix_tree"
-    evaluator: EvaluatorSpec = EvaluatorSpec()
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    builder: str = Field("prefix_tree", description="per_request, prefix_tree, or 'package.module:Class'")
+    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     num_samples: int = Field(1, ge=1, le=4096)
     priority: int = Field(0, ge=0, le=100, description="higher enters INIT first; running ones are never preempted")
     session_timeout_s: float = Field(1800, gt=0, description="from the start of INIT to the result")
@@ -113,6 +157,11 @@ class TaskSpec(Strict):
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("builder")
+    @classmethod
+    def _known_builder(cls, builder: str) -> str:
+        return BUILDERS.check(builder)
+
 
 class Timing(BaseModel):
     queued_s: float = 0.0
@@ -132,6 +181,9 @@ class SessionResult(BaseModel):
     reward_components: dict[str, float] = Field(default_factory=dict)
     masked: bool = Field(False, description="an infrastructure failure: exclude from training, do not score 0")
     traces_path: str | None = None
+    proxy_session_id: str | None = Field(
+        None, description="the proxy session holding its calls (the node's GET /admin/sessions/{id}/completions)"
+    )
     stats: dict[str, Any] = Field(default_factory=dict)
     timing: Timing = Timing()
     node_id: str | None = None

@@ -3,19 +3,31 @@
     PolarError
     ├── RequestInvalid          the caller's request is malformed (400)
     │   ├── BodyTooLarge        over the configured body limit (413)
-    │   └── UnknownRoute        no such path (404)
-    ├── Unauthorized            unknown or missing session key (401)
+    │   ├── UnknownRoute        no such path (404)
+    │   ├── NotFound            no such task, session or node (404)
+    │   └── Conflict            a duplicate id, or a change the state machine refuses (409)
+    │       └── IllegalMove     a session moved backwards, out of a final state, or by a node not holding it
+    ├── Unauthorized            unknown, missing or closed session key; missing or wrong control token (401)
     ├── UpstreamError           the inference server failed (status kept; 502 when it had none)
     │   ├── UpstreamTimeout     no answer in time (504)
     │   ├── UpstreamUnreachable connection refused or reset (502)
     │   ├── ContextOverflow     the prompt does not fit the model (400, context_length_exceeded)
     │   └── InvalidUpstream     an answer without token ids or logprobs: untrainable, never silent (502)
     ├── Paused                  generation is paused for a weight update and did not resume in time (503)
+    ├── ControlError            a control-plane peer (rollout server, gateway node, callback URL) failed us
+    │   ├── ControlUnreachable  no answer: connection refused or reset, or no answer in time (502)
+    │   └── ControlRefused      an answer with an error status, kept as `status_code`
+    ├── HarnessError            a harness could not be run: the node's fault, the session is masked
+    │   └── HarnessNotInstalled missing, or installed at another version than its pin
+    ├── EvaluationError         a reward could not be judged (no task repo, git failed): masked, never 0
+    │   └── GitError            a git step of the patch extraction failed
     ├── TraceBuildError         records cannot become a faithful trace (e.g. a sampled span without logprobs)
     └── ConfigError             a configuration key or value is wrong (names the key)
+        └── UnknownPlugin       a harness, runtime, builder or evaluator nobody registered (names the known ones)
 
 Each dialect renders any of these in its own error shape (`Dialect.render_error`); `kind` is the
-record status a failed call is stored with.
+record status a failed call is stored with. Control routes (the proxy's admin routes, the rollout
+server's, a gateway node's) answer every one in the same body (`nemo_polar.control.error_body`).
 """
 
 from __future__ import annotations
@@ -23,9 +35,14 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 
-def problems(exc: ValidationError, limit: int | None = None, whole: str = "body") -> list[str]:
-    """pydantic's report as `field.path: message` lines (`whole` names an error about the whole input)."""
-    return [f"{'.'.join(str(p) for p in e['loc']) or whole}: {e['msg']}" for e in exc.errors()[:limit]]
+def problems(exc: ValidationError, limit: int | None = None, whole: str = "body", prefix: str = "") -> list[str]:
+    """pydantic's report as `field.path: message` lines (`whole` names an error about the whole input,
+    `prefix` goes before every path)."""
+    out = []
+    for e in exc.errors()[:limit]:
+        path = ".".join(str(p) for p in e["loc"])
+        out.append(f"{prefix + path if path else whole}: {e['msg'].removeprefix('Value error, ')}")
+    return out
 
 
 class PolarError(Exception):
@@ -55,6 +72,20 @@ class BodyTooLarge(RequestInvalid):
 class UnknownRoute(RequestInvalid):
     status_code = 404
     kind = "not_found"
+
+
+class NotFound(RequestInvalid):
+    status_code = 404
+    kind = "not_found"
+
+
+class Conflict(RequestInvalid):
+    status_code = 409
+    kind = "conflict"
+
+
+class IllegalMove(Conflict):
+    """A state report the session's state machine refuses (see `contracts.legal`)."""
 
 
 class Unauthorized(PolarError):
@@ -96,6 +127,45 @@ class Paused(PolarError):
     kind = "paused"
 
 
+class ControlError(PolarError):
+    """A control-plane request failed: raised by `nemo_polar.server.client` and nowhere else."""
+
+    status_code = 502
+    kind = "control"
+
+
+class ControlUnreachable(ControlError):
+    """No answer: the connection was refused or reset, or the answer did not come in time."""
+
+
+class ControlRefused(ControlError):
+    """The peer answered with an error status (kept as `status_code`) and this body."""
+
+    def __init__(self, message: str, *, status_code: int, body: object = None):
+        super().__init__(message, status_code=status_code)
+        self.body = body
+
+
+class HarnessError(PolarError, RuntimeError):
+    """A harness could not be run for the node's sake (not the agent's): the session is masked."""
+
+    kind = "harness"
+
+
+class HarnessNotInstalled(HarnessError):
+    """The harness is missing, or installed at another version than the pinned one."""
+
+
+class EvaluationError(PolarError, RuntimeError):
+    """The judgement could not be made (no task repo, git failed): the session is masked, never scored 0."""
+
+    kind = "evaluation"
+
+
+class GitError(EvaluationError):
+    """A git step of the patch extraction or application failed."""
+
+
 class TraceBuildError(PolarError, ValueError):
     kind = "trace_build"
 
@@ -104,3 +174,7 @@ class ConfigError(PolarError, ValueError):
     """A configuration key or value is wrong; the message names the key."""
 
     kind = "config"
+
+
+class UnknownPlugin(ConfigError):
+    """A harness, runtime, builder or evaluator name that is neither registered nor `package.module:Class`."""

@@ -112,9 +112,9 @@ def test_a_wrong_group_key_fails_with_its_name(override, key):
 @pytest.mark.parametrize(
     "group,model",
     [
-        ("harness", "nemo_polar.server.contracts:HarnessSpec"),
-        ("runtime", "nemo_polar.server.contracts:RuntimeSpec"),
-        ("evaluator", "nemo_polar.server.contracts:EvaluatorSpec"),
+        ("harness", "nemo_polar.contracts:HarnessSpec"),
+        ("runtime", "nemo_polar.contracts:RuntimeSpec"),
+        ("evaluator", "nemo_polar.contracts:EvaluatorSpec"),
         ("builder", "nemo_polar.server.up:BuilderConfig"),
         ("dataset", "nemo_polar.server.up:DatasetConfig"),
         ("backend", "nemo_polar.config:BackendConfig"),

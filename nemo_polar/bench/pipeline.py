@@ -22,7 +22,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 
-from ..server.gateway.pipeline import Pipeline, Session
+from ..server.gateway.pipeline import Job, Pipeline
 
 
 @dataclass(frozen=True)
@@ -103,18 +103,18 @@ class Sim:
     async def sleep(self, sim_s: float) -> None:
         await asyncio.sleep(sim_s * self.scale)
 
-    async def init(self, s: Session) -> None:
+    async def init(self, s: Job[Profile]) -> None:
         await self.sleep(s.data.init)
 
-    async def run(self, s: Session) -> None:
+    async def run(self, s: Job[Profile]) -> None:
         for tokens, tool in s.data.calls:
             await self.up.generate(tokens)
             await self.sleep(tool)
 
-    async def prewarm_eval(self, s: Session) -> None:
+    async def prewarm_eval(self, s: Job[Profile]) -> None:
         await self.sleep(s.data.eval_start)
 
-    async def postrun(self, s: Session) -> None:  # the pipeline has awaited the prewarm
+    async def postrun(self, s: Job[Profile]) -> None:  # the pipeline has awaited the prewarm
         await self.sleep(s.data.eval)
 
 
@@ -123,7 +123,7 @@ async def _naive(profiles: list[Profile], sim: Sim, slots: int) -> None:
 
     async def slot() -> None:
         while todo:
-            s = Session(str(len(todo)), data=todo.pop())
+            s = Job(str(len(todo)), todo.pop())
             await sim.init(s)
             await sim.run(s)
             await sim.prewarm_eval(s)  # no overlap: the evaluation sandbox starts after the agent
@@ -136,7 +136,7 @@ async def _staged(
     profiles: list[Profile], sim: Sim, slots: int, init_workers: int, postrun_workers: int, ready_target: int
 ) -> None:
     async with Pipeline(init_workers, slots, postrun_workers, ready_target, sim) as pipe:
-        futures = [pipe.submit(Session(f"s{i}", data=p)) for i, p in enumerate(profiles)]
+        futures = [pipe.submit(Job(f"s{i}", p)) for i, p in enumerate(profiles)]
         done = await asyncio.gather(*futures)
     bad = [s.state for s in done if s.state != "completed"]
     if bad:

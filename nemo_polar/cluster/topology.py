@@ -18,8 +18,8 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from ..config import Strict
+from ..contracts import NodeCapacity
 from ..nemo_rl.versions import CONTAINER
-from ..server.contracts import NodeCapacity
 
 SIDECAR_BAND = range(6000, 7000)  # ray.sub's port layout: sandbox nginx 6000, its workers 6001-6999
 LAUNCH_SECTIONS = ("topology", "slurm", "nemo_rl", "polar", "run_dir")  # every other override is the recipe's

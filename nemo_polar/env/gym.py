@@ -28,20 +28,18 @@ Masking (`verdict`)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
-import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from ..server.contracts import TERMINAL, SessionState, TaskSpec
+from ..contracts import SessionState, TaskSpec
+from ..errors import ControlError
+from ..server.client import RolloutAPI
 from ..traces.export import gym_masked_response, gym_output_items, gym_response, read_jsonl
 from ..traces.models import Trace
 
@@ -51,10 +49,6 @@ log = logging.getLogger("nemo_polar.env.gym")
 GYM_ROW_KEYS = ("responses_create_params", "agent_ref", "polar", "_ng_rollout_id")
 # `response.metadata` keys (strings only, as the Responses API allows) linking a rollout to its session.
 META_TASK, META_SESSION = "polar_task_id", "polar_session_id"
-
-
-class RolloutUnavailable(RuntimeError):
-    """The rollout server could not be reached, refused the task, or gave no result in time."""
 
 
 # --- row -> task --------------------------------------------------------------------------------
@@ -130,68 +124,9 @@ class Groups:
         return group
 
 
-# --- the rollout server ---------------------------------------------------------------------------
-class RolloutClient:
-    """Submit one task and wait for its single session, by polling GET /tasks/{id}.
-
-    Polling, not the SSE stream: one GET per `poll_interval_s` per rollout is cheap for the
-    rollout server (a SQLite read) and survives its restarts without a resubscription dance.
-    """
-
-    def __init__(self, url: str, control_token: str | None = None, poll_interval_s: float = 1.0):
-        self.url = url.rstrip("/")
-        self.headers = {"x-polar-control-token": control_token} if control_token else {}
-        self.poll_interval_s = poll_interval_s
-        self._http: aiohttp.ClientSession | None = None
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self._http is None or self._http.closed:
-            self._http = aiohttp.ClientSession(headers=self.headers, timeout=aiohttp.ClientTimeout(total=60))
-        return self._http
-
-    async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-
-    async def submit(self, task: TaskSpec) -> str:
-        try:
-            async with self._session().post(self.url + "/tasks", json=task.model_dump(mode="json")) as r:
-                body = await r.json(content_type=None)
-                if r.status >= 300:
-                    raise RolloutUnavailable(f"POST /tasks answered {r.status}: {body}")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise RolloutUnavailable(f"rollout server {self.url} unreachable: {exc!r}") from exc
-        return body["task_id"]
-
-    async def task(self, task_id: str) -> dict[str, Any]:
-        async with self._session().get(f"{self.url}/tasks/{task_id}") as r:
-            body = await r.json(content_type=None)
-            if r.status >= 300:
-                raise RolloutUnavailable(f"GET /tasks/{task_id} answered {r.status}: {body}")
-            return body
-
-    async def wait(self, task_id: str, timeout_s: float) -> dict[str, Any]:
-        """The task's only session (with its `result`) once final. Transient errors are retried."""
-        deadline = time.monotonic() + timeout_s
-        delay, last_error = min(0.2, self.poll_interval_s), None
-        while time.monotonic() < deadline:
-            try:
-                body = await self.task(task_id)
-                sessions = body.get("sessions") or []
-                if sessions and SessionState(sessions[0]["state"]) in TERMINAL and sessions[0].get("result"):
-                    return sessions[0]
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                last_error = exc  # the server restarting: it keeps every task, so ask again
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.poll_interval_s)
-        raise RolloutUnavailable(f"task {task_id}: no final session within {timeout_s:.0f}s (last: {last_error!r})")
-
-    async def cancel(self, task_id: str) -> None:
-        try:
-            async with self._session().delete(f"{self.url}/tasks/{task_id}") as r:
-                await r.read()
-        except (aiohttp.ClientError, TimeoutError):
-            log.warning("could not cancel task %s", task_id)
+# --- the rollout server: the control plane's one client (nemo_polar.server.client) -----------------
+RolloutClient = RolloutAPI  # submit, task, wait (polls GET /tasks/{id}), cancel, close
+RolloutUnavailable = ControlError  # unreachable, refused the task, or no result in time
 
 
 # --- session result -> reward, mask ----------------------------------------------------------------

@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..config import Strict
+from ..contracts import SessionState
 from ..errors import ConfigError, problems
 from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, run_group
-from ..server.contracts import SessionState
 
 REL_TOL = 1e-6  # components vs reward (NeMo-RL checks the same sum at 1e-5)
 

@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import GitError
 from .base import run
 
 # Folders and files harnesses, interpreters and test runners leave behind; never part of a patch.
@@ -30,10 +31,6 @@ JUNK = (
     "node_modules/",
 )
 GIT_TIMEOUT_S = 120.0
-
-
-class GitError(RuntimeError):
-    """A git step failed for a reason that is not the agent's patch (an infrastructure error)."""
 
 
 def git_env(**extra: str) -> dict[str, str]:

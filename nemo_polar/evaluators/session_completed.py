@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..server.contracts import SessionState
+from ..contracts import SessionState
 from .base import EvalContext, Evaluation, Evaluator
 
 

@@ -28,10 +28,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import ProxyConfig, Strict
+from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
 from ..local.vllm_server import ROOT, TINY_MODEL, VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
-from ..server.contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
 from .data import samples as to_samples

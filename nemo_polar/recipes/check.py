@@ -18,9 +18,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from ..config import BackendConfig, Strict
+from ..contracts import EvaluatorSpec, HarnessSpec, RuntimeSpec
 from ..errors import ConfigError, problems
 from ..nemo_rl import NemoRL, NemoRLNotFound, locate
-from ..server.contracts import EvaluatorSpec, HarnessSpec, RuntimeSpec
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 POLAR_AGENT_PATH = "env.nemo_gym.polar_agent.responses_api_agents.polar_agent"

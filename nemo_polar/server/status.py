@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-import httpx
+import asyncio
+
 from rich.console import Console
 from rich.table import Table
 
+from .client import RolloutAPI
+
 
 def fetch(url: str) -> dict:
-    tasks = httpx.get(url.rstrip("/") + "/tasks", timeout=10).raise_for_status().json()["tasks"]
-    nodes = httpx.get(url.rstrip("/") + "/nodes", timeout=10).raise_for_status().json()["nodes"]
+    return asyncio.run(_fetch(url))
+
+
+async def _fetch(url: str) -> dict:
+    async with RolloutAPI(url, timeout_s=10) as api:
+        tasks, nodes = await asyncio.gather(api.tasks(), api.nodes())
     return {"tasks": tasks, "nodes": nodes}
 
 

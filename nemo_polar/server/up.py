@@ -8,6 +8,7 @@ group). The run folder keeps the stores, each session's traces and a results JSO
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
@@ -15,17 +16,18 @@ from pathlib import Path
 from statistics import fmean
 from typing import Literal
 
-import httpx
-from pydantic import Field
+from pydantic import Field, field_validator
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from ..config import ProxyConfig, Strict
+from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
 from ..local.vllm_server import VLLMServer
+from ..plugins import BUILDERS
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
-from .contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
+from .client import RolloutAPI
 from .gateway.node import GatewayNode, NodeConfig, NodeThread
 from .rollout import RolloutConfig, RolloutThread
 
@@ -58,8 +60,13 @@ class DatasetConfig(Strict):
 class BuilderConfig(Strict):
     """`conf/builder/*.yaml`: how a session's records become traces."""
 
-    kind: Literal["per_request", "prefix_tree"] = "prefix_tree"
+    kind: str = Field("prefix_tree", description="per_request, prefix_tree, or 'package.module:Class'")
     max_tokens: int | None = Field(None, gt=0, description="length policy: keep the causal prefix")
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        return BUILDERS.check(kind)
 
 
 class UpConfig(Strict):
@@ -67,9 +74,9 @@ class UpConfig(Strict):
     dataset: DatasetConfig
     harnesses: list[HarnessSpec] = Field(min_length=1)
     harness: HarnessSpec | None = Field(None, description="set: run this one harness instead of `harnesses`")
-    runtime: RuntimeSpec = RuntimeSpec()
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     builder: BuilderConfig = BuilderConfig()
-    evaluator: EvaluatorSpec = EvaluatorSpec()
+    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     num_samples: int = Field(2, ge=1)
     max_steps: int = Field(3, ge=1)
     session_timeout_s: float = Field(600, gt=0)
@@ -104,7 +111,8 @@ def tasks(cfg: UpConfig) -> list[TaskSpec]:
     harnesses = [cfg.harness] if cfg.harness is not None else cfg.harnesses
     for row_id, instruction, fields, runtime in _rows(cfg):
         for h in harnesses:
-            name = h.name + (f"-{h.dialect}" if h.dialect else "")
+            variant = h.options.get("dialect")  # pi on each of its wire APIs: one task each
+            name = h.name + (f"-{variant}" if variant else "")
             out.append(
                 TaskSpec(
                     task_id=f"{row_id}-{name}",
@@ -165,26 +173,27 @@ def _run(cfg: UpConfig, specs: list[TaskSpec], proxy_cfg: ProxyConfig, run_dir: 
             heartbeat_s=2.0,
         )
         with NodeThread(GatewayNode(node_cfg, proxy), "127.0.0.1", port):
-            for spec in specs:
-                httpx.post(rollout.url + "/tasks", json=spec.model_dump(mode="json")).raise_for_status()
-            results = _wait(rollout.url, [s.task_id for s in specs], len(specs) * cfg.num_samples, console)
+            results = asyncio.run(_submit_and_wait(rollout.url, specs, len(specs) * cfg.num_samples, console))
         proxy.store.close()
     with open(run_dir / "results.jsonl", "w") as out:
         out.writelines(json.dumps(s) + "\n" for s in results)
     return _summarize(results)
 
 
-def _wait(url: str, task_ids: list[str], total: int, console: Console) -> list[dict]:
-    with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task("sessions", total=total)
-        while True:
-            tasks = [httpx.get(f"{url}/tasks/{t}").json() for t in task_ids]
-            sessions = [s for t in tasks for s in t["sessions"]]
-            done = sum(s["result"] is not None for s in sessions)
-            progress.update(bar, completed=done)
-            if done == total:
-                return sessions
-            time.sleep(0.5)
+async def _submit_and_wait(url: str, specs: list[TaskSpec], total: int, console: Console) -> list[dict]:
+    async with RolloutAPI(url) as api:
+        for spec in specs:
+            await api.submit(spec)
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("sessions", total=total)
+            while True:
+                tasks = await asyncio.gather(*(api.task(s.task_id or "") for s in specs))
+                sessions = [s for t in tasks for s in t["sessions"]]
+                done = sum(s["result"] is not None for s in sessions)
+                progress.update(bar, completed=done)
+                if done == total:
+                    return sessions
+                await asyncio.sleep(0.5)
 
 
 def _summarize(sessions: list[dict]) -> dict:

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import Field
 
+from ..contracts import TaskSpec
 from ..errors import ConfigError
 from ..evaluators.row import EvalRow
-from ..server.contracts import TaskSpec
 
 
 class TaskRow(EvalRow):

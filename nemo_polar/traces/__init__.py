@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..errors import ConfigError
+from ..plugins import BUILDERS
 from ..records import CompletionRecord
-from .builders import end_of_turn, per_request, prefix_tree, trainable
+from .builders import Builder, trainable
 from .drift import common_prefix
 from .models import BuildResult, BuildStats, DriftEvent, Segment, Trace
-
-BUILDERS = ("per_request", "prefix_tree")
 
 
 def build(
@@ -22,16 +20,12 @@ def build(
     max_tokens: int | None = None,
     repair: bool = True,
 ) -> BuildResult:
-    if builder not in BUILDERS:
-        raise ConfigError(f"builder: {builder!r} is not one of {BUILDERS}")
+    """A session's records as traces, by the builder a task names (`nemo_polar.plugins.BUILDERS`)."""
+    maker = BUILDERS[builder]()
     stats = BuildStats()
     kept = trainable(records, stats)
     events: list[DriftEvent] = []
-    if builder == "per_request":
-        traces = per_request(kept, stats)
-    else:
-        eot = end_of_turn(kept, tokenizer, eot_token_id)
-        traces = prefix_tree(kept, stats, events, eot, tokenizer, repair)
+    traces = maker.traces(kept, stats, events, tokenizer=tokenizer, eot_token_id=eot_token_id, repair=repair)
     if max_tokens is not None:
         traces = [keep_causal_prefix(t, max_tokens) for t in traces]
     stats.traces = len(traces)
@@ -75,4 +69,4 @@ def trie_size(sequences: list[list[int]]) -> int:
     return sum(map(len, ordered)) - shared
 
 
-__all__ = ["BUILDERS", "BuildResult", "BuildStats", "DriftEvent", "Segment", "Trace", "build"]
+__all__ = ["BUILDERS", "BuildResult", "Builder", "BuildStats", "DriftEvent", "Segment", "Trace", "build"]

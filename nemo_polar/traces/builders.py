@@ -11,12 +11,17 @@ sampled tokens when the drift is a template quirk, and start a new chain otherwi
 the tree is one trace: sampled spans carry mask 1 and their recorded logprobs, everything between
 them mask 0, and a span shared by several leaves is trained in the first of them only, so every
 sampled token is trained exactly once. Compaction and sub-agents add chains; nothing is dropped.
+
+Each is a `Builder` named in `nemo_polar.plugins.BUILDERS`; a task may name its own subclass as
+'package.module:Class'.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import TraceBuildError
 from ..records import CompletionRecord
@@ -41,6 +46,39 @@ class _Node:
             nodes.append(node)
             node = node.parent
         return nodes[::-1]
+
+
+class Builder(ABC):
+    """Trainable records of one session -> traces. `events` collects the drift it met (see drift.py)."""
+
+    name: str
+
+    @abstractmethod
+    def traces(
+        self,
+        records: list[CompletionRecord],
+        stats: BuildStats,
+        events: list[DriftEvent],
+        *,
+        tokenizer: Any = None,
+        eot_token_id: int | None = None,
+        repair: bool = True,
+    ) -> list[Trace]: ...
+
+
+class PerRequest(Builder):
+    name = "per_request"
+
+    def traces(self, records, stats, events, *, tokenizer=None, eot_token_id=None, repair=True) -> list[Trace]:
+        return per_request(records, stats)
+
+
+class PrefixTree(Builder):
+    name = "prefix_tree"
+
+    def traces(self, records, stats, events, *, tokenizer=None, eot_token_id=None, repair=True) -> list[Trace]:
+        eot = end_of_turn(records, tokenizer, eot_token_id)
+        return prefix_tree(records, stats, events, eot, tokenizer, repair)
 
 
 def trainable(records: list[CompletionRecord], stats: BuildStats) -> list[CompletionRecord]:

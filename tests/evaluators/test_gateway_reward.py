@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from nemo_polar.server.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
-from nemo_polar.server.gateway.pipeline import Pipeline, Session
+from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 
 FIX = "sed -i 's|return total // per_page|return -(-total // per_page)|' pager/core.py"
@@ -30,9 +30,7 @@ def _run(proxy, tmp_path, command: str, row: dict, repo) -> SessionResult:
     async def main() -> None:
         stages = HarnessStages(proxy.proxy, proxy.url, tmp_path / "node", "node-1", on_result)
         async with Pipeline(1, 1, 1, 1, stages) as pipeline:
-            await pipeline.submit(
-                Session.from_dispatch(DispatchRequest(session_id="s-1", task=task, callback_url="x"))
-            )
+            await pipeline.submit(stages.job(DispatchRequest(session_id="s-1", task=task, callback_url="x")))
 
     asyncio.run(main())
     (result,) = results

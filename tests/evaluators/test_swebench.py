@@ -7,10 +7,10 @@ import subprocess
 
 import pytest
 
+from nemo_polar.contracts import EvaluatorSpec
 from nemo_polar.evaluators import EvalContext, make_evaluator
 from nemo_polar.evaluators.row import EvalRow
 from nemo_polar.evaluators.swebench import engine_answers
-from nemo_polar.server.contracts import EvaluatorSpec
 
 pytest.importorskip("swebench", reason="the swebench extra is not installed")
 

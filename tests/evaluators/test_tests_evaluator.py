@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from nemo_polar.contracts import EvaluatorSpec
 from nemo_polar.errors import ConfigError
 from nemo_polar.evaluators import EvalContext, make_evaluator
-from nemo_polar.server.contracts import EvaluatorSpec
 
 FAST = {"env": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
 
@@ -121,7 +121,7 @@ def test_bad_inputs_name_the_key(task_copy, tmp_path):
 
 def test_session_completed():
     evaluator = make_evaluator(EvaluatorSpec())
-    from nemo_polar.server.contracts import SessionState
+    from nemo_polar.contracts import SessionState
 
     def score(status, rc):
         ctx = EvalContext(fields={}, config={}, work=None, scratch=None, exit_code=rc, status=status)

@@ -20,7 +20,7 @@ CASES = {
     "qwen_code": (HARNESSES["qwen_code"](), "openai_chat", True),
     "gemini_cli": (HARNESSES["gemini_cli"](), "gemini", True),
     "mini_swe_agent": (HARNESSES["mini_swe_agent"](), "openai_chat", False),
-    **{f"pi-{d}": (Pi(d), d, True) for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
+    **{f"pi-{d}": (Pi(dialect=d), d, True) for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
 }
 
 

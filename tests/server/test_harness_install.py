@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.server.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
 from nemo_polar.server.gateway.harnesses import HARNESSES, base, install
 from nemo_polar.server.gateway.harnesses.install import HarnessNotInstalled, check_install, installed_version
 from nemo_polar.server.gateway.harnesses.pi import Pi
 from nemo_polar.server.gateway.harnesses.shell import Shell
 from nemo_polar.server.gateway.harnesses.versions import PINS, Pin
-from nemo_polar.server.gateway.pipeline import Pipeline, Session
+from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 
 VERSIONS = Path(install.__file__).with_name("versions.py")
@@ -47,7 +47,7 @@ def venv_package(deps: Path, venv: str, dist: str, version: str) -> None:
 
 def test_every_bundled_harness_but_shell_has_a_pin():
     assert set(PINS) == set(HARNESSES) - {"shell"}
-    assert Pi().pin is PINS["pi"] and Shell("true").pin is None
+    assert Pi().pin is PINS["pi"] and Shell(command="true").pin is None
 
 
 def test_setup_reads_the_same_pins():
@@ -68,7 +68,7 @@ def test_the_right_versions_pass(tmp_path):
         else:
             venv_package(tmp_path, pin.venv, pin.package, pin.version)
     for name, cls in HARNESSES.items():
-        harness = Pi() if name == "pi" else Shell("true") if name == "shell" else cls()
+        harness = Pi() if name == "pi" else Shell(command="true") if name == "shell" else cls()
         assert check_install(harness, tmp_path) == (PINS[name].version if name in PINS else "")
 
 
@@ -117,7 +117,7 @@ def test_a_session_whose_harness_is_not_installed_is_masked(proxy, tmp_path, mon
         task = TaskSpec(task_id="t1", instruction="Say hello.", harness={"name": "pi", "max_steps": 2})
         request = DispatchRequest(session_id="s-1", task=task, callback_url="http://unused")
         async with Pipeline(1, 1, 1, 1, stages) as pipeline:
-            await pipeline.submit(Session.from_dispatch(request))
+            await pipeline.submit(stages.job(request))
 
     asyncio.run(main())
     (result,) = results

@@ -111,7 +111,7 @@ def test_gemini_cli(tmp_path):
     ],
 )
 def test_pi_speaks_each_dialect(dialect, api, base, tmp_path):
-    out = launch(Pi(dialect), tmp_path)
+    out = launch(Pi(dialect=dialect), tmp_path)
     argv = out.argv
     assert argv[0] == str(TOOLS / "node/bin/pi") and argv[-1] == TASK
     assert {"-p", "--no-session", "--offline"} <= set(argv)
@@ -123,7 +123,7 @@ def test_pi_speaks_each_dialect(dialect, api, base, tmp_path):
 
 def test_pi_refuses_an_unknown_dialect():
     with pytest.raises(ValueError, match="pi speaks"):
-        Pi("grpc")
+        Pi(dialect="grpc")
 
 
 def test_mini_swe_agent(tmp_path):
@@ -160,7 +160,7 @@ def test_openhands_runner_reads_its_arguments_without_the_sdk():
 
 
 def test_shell_exports_every_sdks_variables(tmp_path):
-    out = launch(Shell("python agent.py"), tmp_path)
+    out = launch(Shell(command="python agent.py"), tmp_path)
     assert out.argv == ["sh", "-c", "python agent.py"]
     env = out.env
     assert env["OPENAI_BASE_URL"] == f"{URL}/v1" and env["ANTHROPIC_BASE_URL"] == URL
@@ -171,4 +171,4 @@ def test_shell_exports_every_sdks_variables(tmp_path):
 
 def test_shell_needs_a_command():
     with pytest.raises(ValueError, match="harness.command"):
-        Shell(None)
+        Shell()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nemo_polar.server.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
 from nemo_polar.server.gateway.harnesses.versions import PINS
-from nemo_polar.server.gateway.pipeline import Pipeline, Session
+from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 from nemo_polar.traces.export import read_jsonl
 
@@ -29,7 +29,7 @@ def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_pat
     async def main() -> None:
         stages = HarnessStages(proxy.proxy, proxy.url, tmp_path / "node", "node-1", on_result)
         async with Pipeline(1, 1, 1, 1, stages) as pipeline:
-            await pipeline.submit(Session.from_dispatch(_request("s-1")))
+            await pipeline.submit(stages.job(_request("s-1")))
 
     asyncio.run(main())
     (result,) = results

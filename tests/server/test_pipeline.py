@@ -6,8 +6,8 @@ import asyncio
 from collections import Counter
 
 from nemo_polar.bench.pipeline import run as bench_run
-from nemo_polar.server.contracts import SessionState as S
-from nemo_polar.server.gateway.pipeline import Pipeline, Session
+from nemo_polar.contracts import SessionState as S
+from nemo_polar.server.gateway.pipeline import Job, Pipeline
 
 
 class Fake:
@@ -19,14 +19,14 @@ class Fake:
         self.gate = asyncio.Event()
         self.seen_partial: dict[str, list] = {}
 
-    async def init(self, s: Session) -> None:
+    async def init(self, s: Job) -> None:
         self.calls["init"] += 1
         self.order.append(s.session_id)
         if s.data.get("init_error"):
             raise RuntimeError("sandbox would not start")
         await asyncio.sleep(s.data.get("init", 0))
 
-    async def run(self, s: Session) -> None:
+    async def run(self, s: Job) -> None:
         self.calls["run"] += 1
         d = s.data.setdefault("partial", [])
         if s.data.get("run") is None:
@@ -38,11 +38,11 @@ class Fake:
                 await asyncio.sleep(0.01)
         await asyncio.sleep(s.data["run"])
 
-    async def prewarm_eval(self, s: Session) -> None:
+    async def prewarm_eval(self, s: Job) -> None:
         self.calls["prewarm"] += 1
         await asyncio.sleep(s.data.get("prewarm", 0))
 
-    async def postrun(self, s: Session) -> None:
+    async def postrun(self, s: Job) -> None:
         self.calls["postrun"] += 1
         self.seen_partial[s.session_id] = list(s.data.get("partial", []))
 
@@ -59,10 +59,10 @@ async def until(pred, timeout: float = 5.0) -> None:
     await asyncio.wait_for(poll(), timeout)
 
 
-def sess(i, **data) -> Session:
-    keys = ("group", "priority", "session_timeout_s", "agent_timeout_s", "early_stop_k")
+def sess(i, **data) -> Job:
+    keys = ("group", "priority", "session_timeout_s", "agent_timeout_s")
     kw = {k: data.pop(k) for k in keys if k in data}
-    return Session(f"s{i}", data=data, **kw)
+    return Job(f"s{i}", data, **kw)
 
 
 def test_ready_buffer_does_not_hold_init_workers():
@@ -146,15 +146,20 @@ def test_cancel_at_every_stage_runs_cleanup():
     go(body())
 
 
-def test_early_stop_cancels_stragglers_with_cleanup():
+def test_stragglers_stopped_by_the_rollout_server_are_cleaned_up():
+    """Early stop is the rollout server's (it sees the whole group): it stops the stragglers on their
+    node, as `DELETE /sessions/{id}` does here, and each is still cleaned up."""
+
     async def body():
         f = Fake()
         async with Pipeline(4, 4, 4, 0, f) as p:
             runs = [0.01, 0.02, 10, 10]
-            futs = [p.submit(sess(i, group="g", early_stop_k=2, run=r)) for i, r in enumerate(runs)]
+            futs = [p.submit(sess(i, group="g", run=r)) for i, r in enumerate(runs)]
+            await asyncio.gather(*futs[:2])
+            assert [p.cancel(f"s{i}", "early stop: 2 sessions completed") for i in (2, 3)] == [True, True]
             done = await asyncio.gather(*futs)
         assert [s.state for s in done] == [S.COMPLETED, S.COMPLETED, S.CANCELLED, S.CANCELLED]
-        assert {s.cause for s in done[2:]} == {"early_stop"}
+        assert {s.cause for s in done[2:]} == {"early stop: 2 sessions completed"}
         assert f.calls["init"] == f.calls["postrun"] == 4
 
     go(body())
@@ -245,7 +250,7 @@ def test_bench_shape():
 
 
 def test_from_dispatch_and_stage_reports():
-    from nemo_polar.server.contracts import DispatchRequest, HarnessSpec, TaskSpec
+    from nemo_polar.contracts import DispatchRequest, HarnessSpec, TaskSpec
 
     task = TaskSpec(
         task_id="t1",
@@ -256,11 +261,11 @@ def test_from_dispatch_and_stage_reports():
         session_timeout_s=60,
         early_stop_k=2,
     )
-    s = Session.from_dispatch(DispatchRequest(session_id="x", task=task, callback_url="http://cb"))
-    assert (s.group, s.priority, s.agent_timeout_s, s.session_timeout_s, s.early_stop_k) == ("t1", 7, 30, 60, 2)
+    s = Job.from_dispatch(DispatchRequest(session_id="x", task=task, callback_url="http://cb"), {"run": 0})
+    assert (s.group, s.priority, s.agent_timeout_s, s.session_timeout_s, s.data) == ("t1", 7, 30, 60, {"run": 0})
 
     class Reporting(Fake):
-        async def postrun(self, s: Session) -> None:
+        async def postrun(self, s: Job) -> None:
             s.report(S.BUILDING)
             s.report(S.EVALUATING, "eval")
 
@@ -284,7 +289,7 @@ def test_random_cancels_and_timeouts_never_leak_a_sandbox():
             futs = []
             for i in range(60):
                 d = {"init": rng.uniform(0, 0.02), "run": rng.choice([0.0, 0.01, 0.03, "forever"]), "prewarm": 0.01}
-                kw = {"group": f"g{i % 6}", "agent_timeout_s": 0.05, "early_stop_k": rng.choice([None, 3])}
+                kw = {"group": f"g{i % 6}", "agent_timeout_s": 0.05}
                 futs.append(p.submit(sess(i, **d, **kw)))
             for _ in range(25):
                 await asyncio.sleep(rng.uniform(0, 0.01))

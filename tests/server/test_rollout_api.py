@@ -171,8 +171,16 @@ def test_nodes_register_heartbeat_drain_list(client):
     assert not n["healthy"] and client.get("/health").json()["healthy_nodes"] == 0
 
 
-def test_next_dispatch_priority_node_and_attempts(srv, client):
-    server = srv.server
+@pytest.fixture
+def manual(tmp_path):
+    """A server whose dispatcher is off: the test takes each dispatch itself, with no race."""
+    with make(tmp_path, dispatch=False) as t, httpx.Client(base_url=t.url, headers=H, timeout=10) as c:
+        yield t, c
+
+
+def test_next_dispatch_priority_node_and_attempts(manual):
+    srv, client = manual
+    server = srv.service
     submit(client, task_id="low", num_samples=1)
     high = submit(client, task_id="high", num_samples=1, priority=90)
     assert server.next_dispatch() is None  # no node yet
@@ -191,11 +199,12 @@ def test_next_dispatch_priority_node_and_attempts(srv, client):
     assert session["state"] == "registered" and session["node_id"] == "n1" and session["attempt"] == 2
 
 
-def test_lost_node_requeues_unstarted_and_fails_running(srv, client):
+def test_lost_node_requeues_unstarted_and_fails_running(manual):
+    srv, client = manual
     client.post("/nodes", json=NODE | {"heartbeat_s": 0.4})  # stale 1 s after its last heartbeat
     ids = submit(client, task_id="t", num_samples=2)["session_ids"]
     for _ in ids:
-        srv.server.next_dispatch()
+        srv.service.next_dispatch()
     client.post("/callbacks/session_state", json={"session_id": ids[1], "state": "running", "node_id": "n1"})
     deadline = time.time() + 5
     while time.time() < deadline:  # the reaper notices the missing heartbeats
@@ -315,7 +324,7 @@ def test_restart_keeps_results_and_ends_in_flight_sessions(tmp_path):
         assert [s["state"] for s in sessions] == ["completed", "error", "registered"]
         assert sessions[0]["result"]["reward"] == 1.0
         assert sessions[1]["result"]["error"] == "rollout server restarted"
-        assert [s.id for s in srv.server.recovered] == [ids[1]]
+        assert [s.id for s in srv.service.recovered] == [ids[1]]
 
 
 def test_unknown_route_and_method_answer_json(client):
@@ -385,7 +394,7 @@ def test_a_node_that_registers_again_has_lost_its_sessions(tmp_path):
 def _registers_again(srv, client):
     client.post("/nodes", json=NODE).raise_for_status()
     ids = submit(client, task_id="re", num_samples=2, harness={"name": "pi"})["session_ids"]
-    dispatched = [srv.server.next_dispatch(), srv.server.next_dispatch()]
+    dispatched = [srv.service.next_dispatch(), srv.service.next_dispatch()]
     assert {d.request.session_id for d in dispatched} == set(ids)
     body = {"session_id": ids[0], "state": "running", "node_id": "n1"}
     client.post("/callbacks/session_state", json=body).raise_for_status()

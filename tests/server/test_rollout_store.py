@@ -9,9 +9,11 @@ import threading
 
 import pytest
 
-from nemo_polar.server.contracts import NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from nemo_polar.errors import Conflict, IllegalMove, NotFound
+from nemo_polar.errors import RequestInvalid as StoreError
 from nemo_polar.server.rollout import scheduler
-from nemo_polar.server.rollout.store import Conflict, IllegalMove, NotFound, RolloutStore, StoreError, legal
+from nemo_polar.server.rollout.store import RolloutStore, legal
 
 S = SessionState
 
@@ -166,7 +168,7 @@ def test_acknowledged_results_survive_a_kill_9(tmp_path):
     st.close()
     child = textwrap.dedent(f"""
         import sys, time
-        from nemo_polar.server.contracts import SessionResult
+        from nemo_polar.contracts import SessionResult
         from nemo_polar.server.rollout.store import RolloutStore
         st = RolloutStore({str(path)!r})
         for s in st.sessions("t"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.server.contracts import RuntimeSpec
+from nemo_polar.contracts import RuntimeSpec
 from nemo_polar.server.gateway.runtimes import make_runtime
 from nemo_polar.server.gateway.runtimes.apptainer import exec_argv, instance_name, start_argv, stop_argv
 from nemo_polar.server.gateway.runtimes.base import FORWARD_SCRIPT

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.server.contracts import RuntimeSpec
+from nemo_polar.contracts import RuntimeSpec
 from nemo_polar.server.gateway.runtimes import TIMEOUT_RC, make_runtime
 from nemo_polar.server.gateway.runtimes.base import FORWARD_SCRIPT
 from nemo_polar.server.gateway.runtimes.docker import container_kwargs, container_name, exec_argv

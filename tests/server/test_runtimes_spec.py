@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from nemo_polar.server.contracts import RuntimeSpec, TaskSpec
+from nemo_polar.contracts import RuntimeSpec, TaskSpec
 from nemo_polar.server.gateway.runtimes import LocalRuntime, make_runtime
 from nemo_polar.server.gateway.runtimes.base import inside_url, proxy_address
 

@@ -11,8 +11,11 @@ retry is never counted twice.
     GET /sessions/{id}              its state
     DELETE /sessions/{id}           cancel it (cleanup still runs)
 
-The proxy's own /admin/inference/pause and /resume (weight updates) also hold and release new RUN
-starts here: running sessions keep their sandboxes and only their model calls wait at the gate.
+The sandboxes reach this port (the proxy is on it), so the node's own routes and the proxy's
+`/admin` routes always want the node's control token (the proxy's own when it has one, else one
+minted at start), which the rollout server learns at registration. The proxy's
+/admin/inference/pause and /resume (weight updates) also hold and release new RUN starts here:
+running sessions keep their sandboxes and only their model calls wait at the gate.
 """
 
 from __future__ import annotations
@@ -22,32 +25,33 @@ import logging
 import os
 import secrets
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
-from pydantic import Field, ValidationError
+from pydantic import Field
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...config import ProxyConfig, Strict
-from ...errors import problems
+from ...contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
+from ...control import error_response, http_error, parse, read_json, require_token, route
+from ...errors import ControlError, ControlRefused, NotFound, PolarError
 from ...proxy.app import Proxy
 from ...serving import ServerThread, json_response, run
-from ..contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
-from .pipeline import Pipeline, Session
-from .stages import HarnessStages
+from ..client import Retry, RolloutAPI
+from .pipeline import Job, Pipeline
+from .proxy_surface import ProxySurface, surface
+from .stages import HarnessStages, Work
 
 log = logging.getLogger("nemo_polar.gateway")
-
-
-def unauthorized() -> Response:
-    return json_response({"error": {"message": "node routes need the x-polar-control-token header"}}, 401)
+STATE_REPORT = Retry(attempts=3)
 
 
 class NodeConfig(Strict):
@@ -60,7 +64,7 @@ class NodeConfig(Strict):
     capacity: NodeCapacity = NodeCapacity()
     heartbeat_s: float = Field(2.0, gt=0)
     result_attempts: int = Field(8, ge=1, description="tries per result before it waits in the outbox")
-    control_token: str | None = None
+    control_token: str | None = Field(None, description="the rollout server's, when it has one")
 
 
 class GatewayConfig(Strict):
@@ -70,35 +74,52 @@ class GatewayConfig(Strict):
     node: NodeConfig = NodeConfig()
 
 
+class AdminGuard:
+    """The proxy's app behind the node's token for `/admin/...`: a sandbox shares the node's port."""
+
+    def __init__(self, app: ASGIApp, token: str):
+        self.app, self.token = app, token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/admin/"):
+            try:
+                require_token(Request(scope), self.token)
+            except PolarError as err:
+                await error_response(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class GatewayNode:
-    def __init__(self, config: NodeConfig, proxy: Proxy):
+    def __init__(self, config: NodeConfig, proxy: Proxy | ProxySurface):
+        self.proxy = surface(proxy)
         if config.public_url is None:
-            config = config.model_copy(update={"public_url": f"http://{proxy.config.host}:{proxy.config.port}"})
-        # The sandboxes reach this port (the proxy is on it), so the node's own routes and the
-        # proxy's admin routes always want a token; the rollout server learns it at registration.
-        self.token = proxy.config.control_token or secrets.token_urlsafe(24)
-        proxy.config = proxy.config.model_copy(update={"control_token": self.token})
-        self.config, self.proxy = config, proxy
-        cap = config.capacity
+            proxy_config = proxy.config if isinstance(proxy, Proxy) else None
+            assert proxy_config is not None, "NodeConfig.public_url is required with a proxy surface"
+            config = config.model_copy(update={"public_url": f"http://{proxy_config.host}:{proxy_config.port}"})
+        self.config = config
+        self.control_token = self.proxy.control_token or secrets.token_urlsafe(24)
         root = Path(config.root).resolve()
         self.outbox = root / "outbox"
         self.outbox.mkdir(parents=True, exist_ok=True)
         _sweep(root, keep={"outbox", "traces", "logs"})
-        stages = HarnessStages(proxy, config.public_url, root, config.node_id, self._deliver)
-        self.pipeline = Pipeline(cap.init, cap.run, cap.postrun, cap.ready, stages, on_transition=self._report)
-        proxy.gate.listeners.append(lambda paused: self.pipeline.pause() if paused else self.pipeline.resume())
-        self.sessions: dict[str, Session] = {}
-        headers = {"x-polar-control-token": config.control_token} if config.control_token else {}
-        self.http = httpx.AsyncClient(base_url=config.rollout_url, timeout=10.0, headers=headers)
-        self._tasks: set[asyncio.Task] = set()
+        self.stages = HarnessStages(self.proxy, config.public_url, root, config.node_id, self._deliver)
+        cap = config.capacity
+        self.pipeline: Pipeline[Work] = Pipeline(
+            cap.init, cap.run, cap.postrun, cap.ready, self.stages, on_transition=self._report
+        )
+        self.proxy.on_pause(lambda paused: self.pipeline.pause() if paused else self.pipeline.resume())
+        self.jobs: dict[str, Job[Work]] = {}
+        self.rollout = RolloutAPI(config.rollout_url, config.control_token, timeout_s=10.0)
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._delivering: set[str] = set()  # outbox files whose first delivery is under way
         routes = [
             Route("/sessions", self.dispatch, methods=["POST"]),
             Route("/sessions/{session_id}", self.status, methods=["GET"]),
             Route("/sessions/{session_id}", self.cancel, methods=["DELETE"]),
-            Mount("/", app=proxy.app),
+            Mount("/", app=AdminGuard(self.proxy.app, self.control_token)),
         ]
-        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+        self.app = Starlette(routes=routes, lifespan=self._lifespan, exception_handlers={HTTPException: http_error})
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -109,39 +130,33 @@ class GatewayNode:
         await self.pipeline.close()
         for t in list(self._tasks):
             await asyncio.wait([t], timeout=5)
-        await self.http.aclose()
-        await self.proxy.upstream.close()
+        await self.rollout.close()
+        await self.proxy.aclose()
 
-    def _authorized(self, request: Request) -> bool:
-        return secrets.compare_digest(request.headers.get("x-polar-control-token", ""), self.token)
-
+    # --- the node's routes (the rollout server's side of a session) ---------------------------
+    @route(guarded=True)
     async def dispatch(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return unauthorized()
-        try:
-            req = DispatchRequest.model_validate_json(await request.body())
-        except ValidationError as exc:
-            return json_response({"error": {"message": "invalid dispatch: " + "; ".join(problems(exc))}}, 400)
-        if req.session_id in self.sessions:
+        req = parse(DispatchRequest, await read_json(request))
+        if req.session_id in self.jobs:
             return json_response({"session_id": req.session_id, "duplicate": True}, 409)
-        session = Session.from_dispatch(req)
-        self.sessions[req.session_id] = session
-        self.pipeline.submit(session)
+        job = self.stages.job(req)
+        self.jobs[req.session_id] = job
+        self.pipeline.submit(job)
         return json_response({"session_id": req.session_id, "accepted": True}, 202)
 
+    @route(guarded=True)
     async def status(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return unauthorized()
-        session = self.sessions.get(request.path_params["session_id"])
-        if session is None:
-            return json_response({"error": {"message": "unknown session"}}, 404)
-        return json_response({"session_id": session.session_id, "state": session.state.value, "cause": session.cause})
+        job = self.jobs.get(request.path_params["session_id"])
+        if job is None:
+            raise NotFound(f"no session {request.path_params['session_id']!r} on this node")
+        return json_response({"session_id": job.session_id, "state": job.state.value, "cause": job.cause})
 
+    @route(guarded=True)
     async def cancel(self, request: Request) -> Response:
-        if not self._authorized(request):
-            return unauthorized()
-        found = self.pipeline.cancel(request.path_params["session_id"], "cancelled by the rollout server")
-        return json_response({"cancelled": found}, 200 if found else 404)
+        session_id = request.path_params["session_id"]
+        if not self.pipeline.cancel(session_id, "cancelled by the rollout server"):
+            raise NotFound(f"no session {session_id!r} to cancel on this node (unknown, or already cleaning up)")
+        return json_response({"cancelled": True})
 
     # --- talking to the rollout server ------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
@@ -150,7 +165,7 @@ class GatewayNode:
             url=self.config.public_url,
             capacity=self.config.capacity,
             heartbeat_s=self.config.heartbeat_s,
-            token=self.token,
+            token=self.control_token,
         )
         registered = False
         while True:
@@ -158,29 +173,29 @@ class GatewayNode:
                 # results first: registering tells the server that our earlier sessions are lost
                 await self._flush_outbox()
                 if not registered:
-                    r = await self.http.post("/nodes", json=registration.model_dump(mode="json"))
-                    registered = r.status_code < 300
+                    await self.rollout.register(registration)
+                    registered = True
                 else:
-                    metrics = self.pipeline.metrics().model_dump()
-                    r = await self.http.post(f"/nodes/{self.config.node_id}/heartbeat", json={"metrics": metrics})
-                    registered = r.status_code != 404  # the server forgot us: register again
-            except httpx.HTTPError as exc:
+                    await self.rollout.heartbeat(self.config.node_id, self.pipeline.metrics())
+            except ControlRefused as exc:
+                if exc.status_code == 404:  # the server forgot us: register again
+                    registered = False
+                log.warning("rollout server refused: %s", exc)
+            except ControlError as exc:
                 log.warning("rollout server unreachable: %s", exc)
             await asyncio.sleep(self.config.heartbeat_s)
 
     def _report(self, session_id: str, state: SessionState, cause: str | None) -> None:
-        body = {"session_id": session_id, "state": state.value, "node_id": self.config.node_id}
         if state is not SessionState.REGISTERED and not state.terminal:  # a final state travels with its result
-            self._spawn(self._post("/callbacks/session_state", body, attempts=3))
+            self._spawn(self.rollout.report_state(session_id, state, self.config.node_id, STATE_REPORT))
 
     async def _deliver(self, result: SessionResult) -> None:
         path = self.outbox / f"{result.session_id}.json"
         await asyncio.to_thread(_write_atomic, path, result.model_dump_json())
-        self.sessions.pop(result.session_id, None)
+        self.jobs.pop(result.session_id, None)
         self._delivering.add(path.name)
         try:
-            body = result.model_dump(mode="json")
-            if await self._post("/callbacks/session_result", body, self.config.result_attempts):
+            if await self.rollout.deliver(result, Retry(attempts=self.config.result_attempts)):
                 path.unlink(missing_ok=True)
             # else it stays in the outbox: the heartbeat loop sends it again
         finally:
@@ -190,27 +205,11 @@ class GatewayNode:
         for path in sorted(self.outbox.glob("*.json")):
             if path.name in self._delivering:  # its own delivery is still trying: not twice at once
                 continue
-            if not await self._post("/callbacks/session_result", orjson.loads(path.read_bytes()), attempts=1):
+            if not await self.rollout.deliver(orjson.loads(path.read_bytes())):
                 return  # the server is still away: the next heartbeat tries again
             path.unlink(missing_ok=True)
 
-    async def _post(self, path: str, body: dict[str, Any], attempts: int) -> bool:
-        """True once the server answered (a 4xx refusal included: sending it again would not help)."""
-        for attempt in range(attempts):
-            try:
-                r = await self.http.post(path, json=body)
-                if r.status_code < 500:
-                    if r.status_code >= 400:
-                        log.warning("rollout server refused %s: %s", path, r.text[:200])
-                    return True
-            except httpx.HTTPError as exc:
-                log.warning("posting %s failed (try %d): %s", path, attempt + 1, exc)
-            if attempt + 1 < attempts:
-                await asyncio.sleep(min(0.2 * 2**attempt, 5.0))
-        log.warning("could not post %s for %s yet", path, body.get("session_id"))
-        return False
-
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -236,8 +235,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def serve(config: GatewayConfig) -> None:
     """`polar serve-gateway`: one node (proxy + pipeline) in the foreground until interrupted."""
-    proxy = Proxy(config.proxy)
-    node = GatewayNode(config.node, proxy)
+    node = GatewayNode(config.node, Proxy(config.proxy))
     try:
         print(
             f"polar gateway node {node.config.node_id} on {node.config.public_url}"
@@ -246,7 +244,7 @@ def serve(config: GatewayConfig) -> None:
         )
         run(node.app, config.proxy.host, config.proxy.port)
     finally:
-        proxy.store.close()
+        node.proxy.close()
 
 
 class NodeThread(ServerThread):

@@ -4,10 +4,13 @@ Unlike the reference, an INIT worker never waits for a RUN slot: it puts the pre
 the READY buffer and takes the next one, so the warm buffer is bounded by `ready_target`, not by
 the INIT pool. INIT admission is throttled so that `ready + init_inflight <= ready_target +
 init_workers`. Every session whose INIT started goes through POST-RUN (the stage that recycles
-its sandboxes), whatever happened: timeout, error, cancellation or early stop.
+its sandboxes), whatever happened: timeout, error, cancellation (by the rollout server: a task
+cancelled, or its stragglers once early stop was reached there), shutdown.
 
-The stages object supplies `init`, `run`, `postrun` (async, each given the Session) and
-optionally `prewarm_eval`, started next to `run`; POST-RUN awaits it before `postrun`.
+Each session is a `Job[D]`: the pipeline's own bookkeeping plus `data`, the stages' state for it
+(`Work` for a real harness). The stages (`Stages[D]`) supply `init`, `run`, `postrun` and
+`prewarm_eval`, each given the job; `prewarm_eval` starts next to `run` and POST-RUN awaits it
+before `postrun`.
 """
 
 from __future__ import annotations
@@ -21,98 +24,93 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Generic, Protocol, TypeVar
 
-from ..contracts import DispatchRequest, NodeMetrics, SessionState, Timing
+from ...contracts import DispatchRequest, NodeMetrics, SessionState, Timing
 
 log = logging.getLogger(__name__)
 S = SessionState
+D = TypeVar("D")
 Transition = Callable[[str, SessionState, str | None], None]
 
 
-class Stages(Protocol):
-    async def init(self, session: Session) -> None: ...
-    async def run(self, session: Session) -> None: ...
-    async def postrun(self, session: Session) -> None: ...
+class Stages(Protocol[D]):
+    async def init(self, job: Job[D]) -> None: ...
+    async def run(self, job: Job[D]) -> None: ...
+    async def prewarm_eval(self, job: Job[D]) -> None:
+        """Started next to `run` (e.g. the evaluation's sandbox); it must never fail the session."""
+
+    async def postrun(self, job: Job[D]) -> None: ...
 
 
 @dataclass(eq=False)
-class Session:
+class Job(Generic[D]):
     """One session as the pipeline sees it; `data` is the stages' own (runtime, partial results...)."""
 
     session_id: str
+    data: D
     group: str = ""
     priority: int = 0
     session_timeout_s: float = math.inf
     agent_timeout_s: float = math.inf
-    early_stop_k: int | None = None
-    data: Any = None
     state: SessionState = S.REGISTERED
     outcome: SessionState | None = None  # set when the session leaves the happy path
     cause: str | None = None
     error: str | None = None
     timing: Timing = field(default_factory=Timing)
-    prewarm: asyncio.Task | None = None
+    prewarm: asyncio.Task[None] | None = None
     seq: int = 0
     t_submit: float = 0.0
     t_init: float = 0.0
     deadline: float = math.inf
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     ready_timer: asyncio.TimerHandle | None = None  # ends it in READY when its session budget runs out
     cancel_cause: str | None = None
     started: bool = False  # INIT began: POST-RUN is owed
-    future: asyncio.Future | None = None
+    future: asyncio.Future[Job[D]] | None = None
     report: Callable[[SessionState, str | None], None] = lambda state, cause=None: None
 
     @classmethod
-    def from_dispatch(cls, req: DispatchRequest) -> Session:
+    def from_dispatch(cls, req: DispatchRequest, data: D) -> Job[D]:
         t = req.task
-        return cls(
-            req.session_id,
-            t.task_id or "",
-            t.priority,
-            t.session_timeout_s,
-            t.agent_timeout_s,
-            t.early_stop_k,
-            data=req,
-        )
+        return cls(req.session_id, data, t.task_id or "", t.priority, t.session_timeout_s, t.agent_timeout_s)
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
 
 
-class _Ranked:
+class _Ranked(Generic[D]):
     """Higher priority first, then arrival; removal is lazy (the heap keeps the dead entry)."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Session]] = []
-        self._live: dict[int, Session] = {}
+        self._heap: list[tuple[int, int, Job]] = []
+        self._live: dict[int, Job] = {}
 
-    def push(self, s: Session) -> None:
-        heapq.heappush(self._heap, (-s.priority, s.seq, s))  # seq is unique: Session is never compared
+    def push(self, s: Job[D]) -> None:
+        heapq.heappush(self._heap, (-s.priority, s.seq, s))  # seq is unique: a Job is never compared
         self._live[s.seq] = s
 
-    def pop(self) -> Session:
+    def pop(self) -> Job:
         while True:
             _, seq, s = heapq.heappop(self._heap)
             if self._live.pop(seq, None) is not None:
                 return s
 
-    def remove(self, s: Session) -> bool:
+    def remove(self, s: Job[D]) -> bool:
         return self._live.pop(s.seq, None) is not None
 
     def __len__(self) -> int:
         return len(self._live)
 
 
-class Pipeline:
+class Pipeline(Generic[D]):
     def __init__(
         self,
         init_workers: int,
         run_workers: int,
         postrun_workers: int,
         ready_target: int,
-        stages: Any,
+        stages: Stages[D],
         *,
         on_transition: Transition | None = None,
         postrun_grace_s: float = 60.0,
@@ -124,12 +122,12 @@ class Pipeline:
         self.stages = stages
         self.on_transition = on_transition
         self.postrun_grace_s = postrun_grace_s  # POST-RUN cleanup gets this even when the budget is spent
-        self._init_q, self._ready = _Ranked(), _Ranked()
-        self._post_q: deque[Session] = deque()
+        self._init_q: _Ranked[D] = _Ranked()
+        self._ready: _Ranked[D] = _Ranked()
+        self._post_q: deque[Job[D]] = deque()
         self._inflight = {"init": 0, "run": 0, "postrun": 0}
-        self._live: dict[str, Session] = {}
-        self._groups: dict[str, set[Session]] = {}
-        self._done: dict[str, int] = {}
+        self._live: dict[str, Job[D]] = {}
+        self._groups: dict[str, set[Job[D]]] = {}
         self._seq = itertools.count()
         self._wakers: set[asyncio.Future] = set()
         self._workers: list[asyncio.Task] = []
@@ -137,7 +135,7 @@ class Pipeline:
 
     # ---- public surface
 
-    async def __aenter__(self) -> Pipeline:
+    async def __aenter__(self) -> Pipeline[D]:
         self.start()
         return self
 
@@ -158,7 +156,7 @@ class Pipeline:
             w.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
 
-    def submit(self, s: Session) -> asyncio.Future:
+    def submit(self, s: Job[D]) -> asyncio.Future[Job[D]]:
         if s.session_id in self._live:
             raise ValueError(f"session {s.session_id} is already in the pipeline")
         s.seq, s.future = next(self._seq), asyncio.get_running_loop().create_future()
@@ -257,7 +255,7 @@ class Pipeline:
             self._to_postrun(s)
             self._kick()
 
-    async def _run_one(self, s: Session) -> None:
+    async def _run_one(self, s: Job[D]) -> None:
         s.timing.ready_wait_s = time.monotonic() - s.t_init - s.timing.init_s
         remaining = s.remaining()
         if s.cancel_cause:
@@ -266,16 +264,14 @@ class Pipeline:
         if remaining <= 0:  # its session budget ran out while it sat in READY
             self._fail(s, S.TIMEOUT, "timeout:session:ready")
             return
-        prewarm = getattr(self.stages, "prewarm_eval", None)
-        if prewarm is not None:
-            s.prewarm = asyncio.create_task(prewarm(s))
+        s.prewarm = asyncio.create_task(self.stages.prewarm_eval(s))
         # the agent budget starts here: READY time never spends it
         source = "agent" if s.agent_timeout_s < remaining else "session"
         t0 = time.monotonic()
         await self._stage(s, S.RUNNING, self.stages.run, min(s.agent_timeout_s, remaining), source)
         s.timing.run_s = time.monotonic() - t0
 
-    def _expire(self, s: Session) -> None:
+    def _expire(self, s: Job[D]) -> None:
         """A prepared sandbox must not outlive its budget waiting for a RUN slot (all busy, or paused)."""
         if self._ready.remove(s):
             self._fail(s, S.TIMEOUT, "timeout:session:ready")
@@ -295,7 +291,7 @@ class Pipeline:
             self._finish(s, s.outcome or S.COMPLETED, s.cause)
             self._kick()
 
-    async def _postrun_one(self, s: Session) -> None:
+    async def _postrun_one(self, s: Job[D]) -> None:
         self._emit(s, S.POST_RUN, s.cause)
         if s.prewarm is not None:
             await self._settle_prewarm(s)
@@ -308,7 +304,7 @@ class Pipeline:
         elif not task.cancelled() and task.exception() is not None:
             self._fail(s, S.ERROR, "error:postrun", task.exception())
 
-    async def _settle_prewarm(self, s: Session) -> None:
+    async def _settle_prewarm(self, s: Job[D]) -> None:
         """A failed session does not need its evaluation sandbox: stop it; otherwise wait within budget."""
         if s.outcome is not None:
             s.prewarm.cancel()
@@ -321,7 +317,7 @@ class Pipeline:
             self._fail(s, S.ERROR, "error:prewarm", s.prewarm.exception())
 
     async def _stage(
-        self, s: Session, state: SessionState, fn: Callable[[Session], Awaitable[None]], timeout: float, source: str
+        self, s: Job[D], state: SessionState, fn: Callable[[Job[D]], Awaitable[None]], timeout: float, source: str
     ) -> bool:
         """Run one cancellable, bounded stage as its own task; False sends the session to POST-RUN."""
         if s.cancel_cause:
@@ -350,35 +346,28 @@ class Pipeline:
 
     # ---- bookkeeping
 
-    def _fail(self, s: Session, outcome: SessionState, cause: str, exc: BaseException | None = None) -> None:
+    def _fail(self, s: Job[D], outcome: SessionState, cause: str, exc: BaseException | None = None) -> None:
         if s.outcome is None:  # the first failure is the one that counts
             s.outcome, s.cause = outcome, cause
             s.error = f"{type(exc).__name__}: {exc}" if exc else None
 
-    def _to_postrun(self, s: Session) -> None:
+    def _to_postrun(self, s: Job[D]) -> None:
         if not s.started:
             self._finish(s, s.outcome or S.CANCELLED, s.cause)
             return
         self._post_q.append(s)
         self._kick()
 
-    def _finish(self, s: Session, final: SessionState, cause: str | None) -> None:
+    def _finish(self, s: Job[D], final: SessionState, cause: str | None) -> None:
         s.state = final
         self._live.pop(s.session_id, None)
         self._groups.get(s.group, set()).discard(s)
         self._emit(s, final, cause)
         if s.future is not None and not s.future.done():
             s.future.set_result(s)
-        if final is S.COMPLETED:
-            self._count_done(s)
         self._kick()
 
-    def _count_done(self, s: Session) -> None:
-        self._done[s.group] = self._done.get(s.group, 0) + 1
-        if s.early_stop_k is not None and self._done[s.group] >= s.early_stop_k:
-            self.cancel_group(s.group, "early_stop")
-
-    def _emit(self, s: Session, state: SessionState, cause: str | None) -> None:
+    def _emit(self, s: Job[D], state: SessionState, cause: str | None) -> None:
         s.state = state
         if self.on_transition is None:
             return

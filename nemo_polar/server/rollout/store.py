@@ -4,6 +4,9 @@ Unlike the proxy's record store, every write here is synchronous and one transac
 method returns, the change is on disk (WAL, synchronous=FULL), so a kill -9 right after an
 acknowledged result loses nothing. Sessions are never deleted; every state change is kept as a
 transition row with its cause, so "why did this sample end like that" always has an answer.
+
+The schema is versioned (`MIGRATIONS`, see `nemo_polar.migrations`): a store written by an earlier
+version is brought forward when it is opened, stored specs included.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,68 +23,62 @@ from typing import Any
 
 import orjson
 
-from ..contracts import NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ...contracts import STORED, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ...errors import Conflict, IllegalMove, NotFound, RequestInvalid
+from ...migrations import Migration, add_column, migrate, statements
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-  id TEXT PRIMARY KEY,
-  spec BLOB NOT NULL,
-  status TEXT NOT NULL,
-  priority INTEGER NOT NULL,
-  session_timeout_s REAL NOT NULL,
-  created_at REAL NOT NULL,
-  finished_at REAL
-);
-CREATE TABLE IF NOT EXISTS sessions (
-  id TEXT PRIMARY KEY,
-  task_id TEXT NOT NULL REFERENCES tasks(id),
-  sample_index INTEGER NOT NULL,
-  state TEXT NOT NULL,
-  node_id TEXT,
-  attempt INTEGER NOT NULL DEFAULT 0,
-  started_at REAL,
-  updated_at REAL NOT NULL,
-  result BLOB
-);
-CREATE INDEX IF NOT EXISTS sessions_by_task ON sessions(task_id, sample_index);
-CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions(state);
-CREATE TABLE IF NOT EXISTS transitions (
-  session_id TEXT NOT NULL,
-  from_state TEXT,
-  to_state TEXT NOT NULL,
-  at REAL NOT NULL,
-  cause TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS transitions_by_session ON transitions(session_id);
-CREATE TABLE IF NOT EXISTS nodes (
-  id TEXT PRIMARY KEY,
-  registration BLOB NOT NULL,
-  metrics BLOB NOT NULL,
-  last_heartbeat REAL NOT NULL,
-  draining INTEGER NOT NULL DEFAULT 0
-);
-"""
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "tasks, sessions, transitions, nodes",
+        statements(
+            """CREATE TABLE IF NOT EXISTS tasks (
+              id TEXT PRIMARY KEY,
+              spec BLOB NOT NULL,
+              status TEXT NOT NULL,
+              priority INTEGER NOT NULL,
+              session_timeout_s REAL NOT NULL,
+              created_at REAL NOT NULL,
+              finished_at REAL
+            )""",
+            """CREATE TABLE IF NOT EXISTS sessions (
+              id TEXT PRIMARY KEY,
+              task_id TEXT NOT NULL REFERENCES tasks(id),
+              sample_index INTEGER NOT NULL,
+              state TEXT NOT NULL,
+              node_id TEXT,
+              attempt INTEGER NOT NULL DEFAULT 0,
+              started_at REAL,
+              updated_at REAL NOT NULL,
+              result BLOB
+            )""",
+            "CREATE INDEX IF NOT EXISTS sessions_by_task ON sessions(task_id, sample_index)",
+            "CREATE INDEX IF NOT EXISTS sessions_by_state ON sessions(state)",
+            """CREATE TABLE IF NOT EXISTS transitions (
+              session_id TEXT NOT NULL,
+              from_state TEXT,
+              to_state TEXT NOT NULL,
+              at REAL NOT NULL,
+              cause TEXT NOT NULL
+            )""",
+            "CREATE INDEX IF NOT EXISTS transitions_by_session ON transitions(session_id)",
+            """CREATE TABLE IF NOT EXISTS nodes (
+              id TEXT PRIMARY KEY,
+              registration BLOB NOT NULL,
+              metrics BLOB NOT NULL,
+              last_heartbeat REAL NOT NULL,
+              draining INTEGER NOT NULL DEFAULT 0
+            )""",
+        ),
+    ),
+    Migration(2, "tasks.group_id: a GRPO group spread over one-sample tasks", add_column("tasks", "group_id", "TEXT")),
+    Migration(
+        3, "an index on tasks.group_id", statements("CREATE INDEX IF NOT EXISTS tasks_by_group ON tasks(group_id)")
+    ),
+)
 
 _ORDER = list(SessionState)  # the contract's declaration order is the lifecycle order
 _TERMINAL_SQL = "('completed','error','timeout','cancelled')"
-
-
-class StoreError(Exception):
-    """A request the store refuses; `status_code` is what the API answers with."""
-
-    status_code = 400
-
-
-class NotFound(StoreError):
-    status_code = 404
-
-
-class Conflict(StoreError):
-    status_code = 409
-
-
-class IllegalMove(StoreError):
-    status_code = 409
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +176,10 @@ def _session(row: tuple) -> SessionRow:
     )
 
 
-def _task(row: tuple) -> TaskRow:
+def _task(row: tuple, spec_model: type[TaskSpec]) -> TaskRow:
     tid, spec, status, created_at, finished_at = row
-    return TaskRow(tid, TaskSpec.model_validate(orjson.loads(spec)), status, created_at, finished_at)
+    # checked when it was submitted: its plug-ins are not loaded again (STORED)
+    return TaskRow(tid, spec_model.model_validate(orjson.loads(spec), context=STORED), status, created_at, finished_at)
 
 
 def _node(row: tuple) -> NodeRow:
@@ -200,22 +198,25 @@ _NODE_COLS = "registration, metrics, last_heartbeat, draining"
 
 
 class RolloutStore:
-    def __init__(self, path: str | Path):
+    """`migrations` and `spec_model` are the current schema's; tests pass others to play a later version."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        migrations: Sequence[Migration] = MIGRATIONS,
+        spec_model: type[TaskSpec] = TaskSpec,
+    ):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = _connect(self.path)
-        self._conn.executescript(_SCHEMA)
-        self._add_column("tasks", "group_id", "TEXT")  # stores written before GRPO groups spanned tasks
-        self._conn.execute("CREATE INDEX IF NOT EXISTS tasks_by_group ON tasks(group_id)")
-        self._lock = threading.RLock()  # one connection, shared by the event loop and helper threads
+        self.schema_version = migrate(self._conn, migrations, f"rollout store {self.path}")
+        self._spec_model = spec_model
+        self._lock = threading.RLock()  # one connection, shared by the service's worker threads
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-    def _add_column(self, table: str, column: str, kind: str) -> None:
-        if column not in {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}:
-            self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -240,7 +241,7 @@ class RolloutStore:
         spec = spec.model_copy(update={"task_id": task_id})
         now = time.time()
         rows = [
-            (f"sk-polar-{uuid.uuid4().hex}", task_id, i, SessionState.REGISTERED.value, None, 0, now, None)
+            (f"session-{uuid.uuid4().hex}", task_id, i, SessionState.REGISTERED.value, None, 0, now, None)
             for i in range(spec.num_samples)
         ]
         with self._tx() as c:
@@ -270,19 +271,19 @@ class RolloutStore:
         rows = self._read(f"SELECT {_TASK_COLS} FROM tasks WHERE id=?", (task_id,))
         if not rows:
             raise NotFound(f"no task {task_id!r}")
-        return _task(rows[0])
+        return _task(rows[0], self._spec_model)
 
     def tasks(self, status: str | None = None) -> list[TaskRow]:
         if status:
             rows = self._read(f"SELECT {_TASK_COLS} FROM tasks WHERE status=? ORDER BY created_at", (status,))
         else:
             rows = self._read(f"SELECT {_TASK_COLS} FROM tasks ORDER BY created_at")
-        return [_task(r) for r in rows]
+        return [_task(r, self._spec_model) for r in rows]
 
     def group(self, group_id: str) -> list[TaskRow]:
         """The tasks of one GRPO group (the samples of one prompt, submitted as one task each)."""
         rows = self._read(f"SELECT {_TASK_COLS} FROM tasks WHERE group_id=? ORDER BY created_at", (group_id,))
-        return [_task(r) for r in rows]
+        return [_task(r, self._spec_model) for r in rows]
 
     def group_completed(self, group_id: str) -> int:
         """How many sessions of the group's tasks completed."""
@@ -356,7 +357,7 @@ class RolloutStore:
     def move(self, session_id: str, to: SessionState, cause: str, node_id: str | None = None) -> SessionRow:
         """A progress report (initializing, running, ...); refuses backward moves and moves out of a final state."""
         if to.terminal:
-            raise StoreError(f"{to.value} is final: send it as a session result, with its reward or error")
+            raise RequestInvalid(f"{to.value} is final: send it as a session result, with its reward or error")
         with self._tx() as c:
             s = self._get(c, session_id)
             if not legal(s.state, to):
@@ -369,11 +370,11 @@ class RolloutStore:
     def record_result(self, result: SessionResult, cause: str = "result") -> Outcome:
         """The first final result wins; a later one is reported as a duplicate and changes nothing."""
         if not result.status.terminal:
-            raise StoreError(f"a session result needs a final status, got {result.status.value!r}")
+            raise RequestInvalid(f"a session result needs a final status, got {result.status.value!r}")
         with self._tx() as c:
             s = self._get(c, result.session_id)
             if s.task_id != result.task_id:
-                raise StoreError(f"session {s.id} belongs to task {s.task_id!r}, not {result.task_id!r}")
+                raise RequestInvalid(f"session {s.id} belongs to task {s.task_id!r}, not {result.task_id!r}")
             if s.state.terminal:
                 return Outcome(True, s)
             self._set(

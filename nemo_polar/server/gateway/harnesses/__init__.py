@@ -1,17 +1,6 @@
-"""Harness adapters by name."""
+"""Harness adapters, one module each; their names are in `nemo_polar.plugins.HARNESSES`."""
 
-from .base import Endpoint, Harness, Launch
-from .claude_code import ClaudeCode
-from .codex import Codex
-from .gemini_cli import GeminiCli
-from .mini_swe_agent import MiniSweAgent
-from .openhands import OpenHands
-from .pi import Pi
-from .qwen_code import QwenCode
-from .shell import Shell
+from ....plugins import HARNESSES
+from .base import Endpoint, Harness, HarnessSettings, Launch
 
-HARNESSES: dict[str, type[Harness]] = {
-    h.name: h for h in (Codex, ClaudeCode, QwenCode, GeminiCli, Pi, MiniSweAgent, OpenHands, Shell)
-}
-
-__all__ = ["HARNESSES", "Endpoint", "Harness", "Launch"]
+__all__ = ["HARNESSES", "Endpoint", "Harness", "HarnessSettings", "Launch"]

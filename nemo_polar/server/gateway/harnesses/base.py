@@ -4,6 +4,10 @@ An adapter only describes the launch (argv, environment, config files under the 
 HOME); running it, sandboxing it and keeping its logs belong to the gateway node. Every adapter
 points every model name the harness may use (sub-agents included) at the proxy with the
 session's key, and turns off anything interactive or networked besides the model API.
+
+Each adapter owns a `Settings` model for its own options (a subclass of `HarnessSettings`): a task
+gives them beside the harness's name (`{"name": "pi", "dialect": "anthropic"}`), and they are
+validated when the task is submitted. Options a harness does not know are errors naming the key.
 """
 
 from __future__ import annotations
@@ -11,9 +15,15 @@ from __future__ import annotations
 import json
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
+from pydantic import Field, ValidationError
+
+from ....config import Strict
+from ....errors import ConfigError, problems
 from .versions import PINS, Pin
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -42,11 +52,37 @@ class Endpoint:
     model: str = "polar"
 
 
+class HarnessSettings(Strict):
+    """What every harness takes; a harness with options of its own subclasses this as its `Settings`."""
+
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="more environment for the harness (over HOME, PATH...); its own variables, the proxy's "
+        "URL and the session's key among them, always win",
+    )
+
+
 class Harness(ABC):
     name: str
     dialects: tuple[str, ...]  # the API dialects it speaks
     # the harness's own logs and transcripts, as globs under its HOME: kept with the session's logs
     log_files: tuple[str, ...] = ()
+    Settings: ClassVar[type[HarnessSettings]] = HarnessSettings
+
+    def __init__(self, settings: HarnessSettings | None = None, **options: Any) -> None:
+        """`Harness(settings)` or `Harness(**options)`, e.g. `Pi(dialect="anthropic")`."""
+        if settings is not None and not isinstance(settings, self.Settings):
+            raise TypeError(f"{type(self).__name__} takes its {self.Settings.__name__}, not {settings!r}")
+        self.settings = settings if settings is not None else self.parse_settings(options)
+
+    @classmethod
+    def parse_settings(cls, options: Mapping[str, Any]) -> HarnessSettings:
+        """The harness's options, validated; a ConfigError names the harness and each bad key."""
+        try:
+            return cls.Settings.model_validate(dict(options))
+        except ValidationError as exc:
+            bad = "; ".join(problems(exc, whole="harness", prefix="harness."))
+            raise ConfigError(f"harness {cls.name!r}: {bad}") from None
 
     @property
     def pin(self) -> Pin | None:
@@ -57,8 +93,10 @@ class Harness(ABC):
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch: ...
 
     def base_env(self, home: Path) -> dict[str, str]:
+        """What every harness starts from, the task's `env` setting over it; the harness adds its own."""
         path = f"{TOOLS / 'node' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-        return {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1", "CI": "1"}
+        base = {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1", "CI": "1"}
+        return base | self.settings.env
 
 
 def dump(obj: object) -> str:

@@ -14,12 +14,11 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
+from ....errors import HarnessNotInstalled
 from . import base
 from .versions import Pin
 
-
-class HarnessNotInstalled(RuntimeError):
-    """The harness is missing, or installed at another version than the pinned one."""
+__all__ = ["HarnessNotInstalled", "check_install", "installed_version", "where"]
 
 
 def _normal(name: str) -> str:

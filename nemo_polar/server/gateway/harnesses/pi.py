@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from .base import TOOLS, Endpoint, Harness, Launch, dump
+from pydantic import Field, field_validator
+
+from .base import TOOLS, Endpoint, Harness, HarnessSettings, Launch, dump
 
 API = {
     "openai_chat": "openai-completions",
@@ -14,14 +17,28 @@ API = {
 }
 
 
+class PiSettings(HarnessSettings):
+    dialect: Literal["openai_chat", "openai_responses", "anthropic", "gemini"] = Field(
+        "openai_chat", description="which wire API Pi speaks to the proxy"
+    )
+
+    @field_validator("dialect", mode="before")
+    @classmethod
+    def _spoken(cls, dialect: object) -> object:
+        if dialect not in API:
+            raise ValueError(f"pi speaks {sorted(API)}, not {dialect!r}")
+        return dialect
+
+
 class Pi(Harness):
     name = "pi"
     dialects = tuple(API)
+    Settings = PiSettings
+    settings: PiSettings
 
-    def __init__(self, dialect: str = "openai_chat"):
-        if dialect not in API:
-            raise ValueError(f"pi speaks {sorted(API)}, not {dialect!r}")
-        self.dialect = dialect
+    @property
+    def dialect(self) -> str:
+        return self.settings.dialect
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         base = endpoint.base_url + ("/v1" if self.dialect.startswith("openai") else "")

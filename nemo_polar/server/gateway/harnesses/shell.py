@@ -9,17 +9,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .base import Endpoint, Harness, Launch
+from pydantic import Field, model_validator
+
+from .base import Endpoint, Harness, HarnessSettings, Launch
+
+
+class ShellSettings(HarnessSettings):
+    command: str | None = Field(None, description="required: run with sh -c in the working copy")
+
+    @model_validator(mode="after")
+    def _has_command(self) -> ShellSettings:
+        if not self.command:
+            raise ValueError("harness `shell` needs `command` (harness.command, run with sh -c in the working copy)")
+        return self
 
 
 class Shell(Harness):
     name = "shell"
     dialects = ("openai_chat", "openai_responses", "anthropic", "gemini")
+    Settings = ShellSettings
+    settings: ShellSettings
 
-    def __init__(self, command: str | None = None):
-        if not command:
-            raise ValueError("harness `shell` needs harness.command (run with sh -c in the working copy)")
-        self.command = command
+    @property
+    def command(self) -> str:
+        assert self.settings.command is not None
+        return self.settings.command
 
     def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
         env = self.base_env(home) | {

@@ -1,4 +1,5 @@
-"""Where a session's commands run: `local` (bubblewrap or plain processes), `docker`, `apptainer`.
+"""Where a session's commands run: `local` (bubblewrap or plain processes), `docker`, `apptainer`,
+or a runtime of your own (`nemo_polar.plugins.RUNTIMES`).
 
     make_runtime(spec, root, session_id, proxy_url) -> Runtime
 
@@ -10,30 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ....contracts import RuntimeSpec
+from ....plugins import RUNTIMES
 from ....sandbox import TIMEOUT_RC
-from ...contracts import RuntimeSpec
 from .base import Runtime
 from .local import LocalRuntime
 
-__all__ = ["TIMEOUT_RC", "LocalRuntime", "Runtime", "make_runtime"]
+__all__ = ["RUNTIMES", "TIMEOUT_RC", "LocalRuntime", "Runtime", "make_runtime"]
 
 
 def make_runtime(spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Runtime:
-    if spec.kind == "local":
-        return LocalRuntime(
-            root,
-            repo=spec.repo,
-            sandbox=spec.sandbox,
-            session_id=session_id,
-            proxy_url=proxy_url,
-            network=spec.network,
-        )
-    if spec.kind == "docker":
-        from .docker import DockerRuntime  # the SDK is an optional extra
-
-        return DockerRuntime(spec, root, session_id, proxy_url)
-    if spec.kind == "apptainer":
-        from .apptainer import ApptainerRuntime
-
-        return ApptainerRuntime(spec, root, session_id, proxy_url)
-    raise ValueError(f"runtime.kind {spec.kind!r}: choose local, docker or apptainer")
+    return RUNTIMES[spec.kind].from_spec(spec, root, session_id, proxy_url)

@@ -17,10 +17,19 @@ import re
 import shutil
 from pathlib import Path
 
+from ....contracts import RuntimeSpec
 from ....sandbox import kill_group, run_group
-from ...contracts import RuntimeSpec
 from . import forward
-from .base import CONTAINER_HOME, CONTAINER_WORK, FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
+from .base import (
+    CONTAINER_HOME,
+    CONTAINER_WORK,
+    FORWARD_SCRIPT,
+    ProxyTunnel,
+    Runtime,
+    forward_argv,
+    inside_url,
+    make_folders,
+)
 
 IN_SOCKET_DIR = "/polar/proxy"
 IN_FORWARD = "/polar/forward.py"
@@ -70,7 +79,7 @@ def stop_argv(binary: str, name: str) -> list[str]:
     return [binary, "instance", "stop", "--force", name]
 
 
-class ApptainerRuntime:
+class ApptainerRuntime(Runtime):
     def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
         binary = apptainer_binary()
         if binary is None:

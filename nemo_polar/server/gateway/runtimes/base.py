@@ -1,4 +1,4 @@
-"""What every runtime shares: the protocol, the session folder, and the
+"""What every runtime shares: the base class, the session folder, and the
 proxy tunnel (the host end of the in-sandbox forwarder, see forward.py)."""
 
 from __future__ import annotations
@@ -9,11 +9,15 @@ import os
 import shutil
 import sys
 import tempfile
+from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit, urlunsplit
 
 from . import forward
+
+if TYPE_CHECKING:
+    from ....contracts import RuntimeSpec
 
 FORWARD_SCRIPT = Path(forward.__file__)
 # where docker and apptainer mount the session's folders (the local runtime: see local.py)
@@ -21,8 +25,11 @@ CONTAINER_WORK, CONTAINER_HOME = Path("/polar/work"), Path("/polar/home")
 HOST_PYTHON = sys.executable
 
 
-class Runtime(Protocol):
-    """A session's sandbox. `work` and `home` are host paths, and the same paths inside."""
+class Runtime(ABC):
+    """A session's sandbox. `work` and `home` are host paths, and the same paths inside.
+
+    A task names its runtime by `runtime.kind` (`nemo_polar.plugins.RUNTIMES`, or a subclass of yours
+    as 'package.module:Class'); the node builds it with `from_spec`, the same call for every kind."""
 
     work: Path  # host paths
     home: Path
@@ -33,12 +40,25 @@ class Runtime(Protocol):
     inside_home: Path
     proxy_url: str | None  # how commands inside reach the proxy (None: they cannot)
 
+    @classmethod
+    def from_spec(cls, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
+        """One session's runtime from the task's `runtime` block, under the node's `root`."""
+        return cls(spec, root, session_id, proxy_url)  # type: ignore[call-arg]
+
     @property
+    @abstractmethod
     def sandboxed(self) -> bool: ...
+
+    @abstractmethod
     async def start(self) -> None: ...
+
+    @abstractmethod
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
-    ) -> tuple[int, str, str]: ...
+    ) -> tuple[int, str, str]:
+        """Run to completion; at `timeout` the whole process group is killed and rc is TIMEOUT_RC."""
+
+    @abstractmethod
     async def stop(self) -> None: ...
 
 

@@ -23,10 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ....contracts import RuntimeSpec
 from ....sandbox import TIMEOUT_RC
-from ...contracts import RuntimeSpec
 from . import forward
-from .base import CONTAINER_HOME, CONTAINER_WORK, FORWARD_SCRIPT, ProxyTunnel, forward_argv, inside_url, make_folders
+from .base import (
+    CONTAINER_HOME,
+    CONTAINER_WORK,
+    FORWARD_SCRIPT,
+    ProxyTunnel,
+    Runtime,
+    forward_argv,
+    inside_url,
+    make_folders,
+)
 
 IN_SOCKET_DIR = "/polar/proxy"
 IN_FORWARD = "/polar/forward.py"
@@ -84,7 +93,7 @@ def exec_argv(argv: list[str], timeout: float | None) -> list[str]:
     return ["timeout", "-k", str(KILL_AFTER_S), f"{timeout:.3f}", *argv]
 
 
-class DockerRuntime:
+class DockerRuntime(Runtime):
     def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
         import docker  # the `docker` extra
 

@@ -15,22 +15,38 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING, Self
 
 from ....sandbox import bwrap_argv, kill_group, run_group
 from .base import (
     FORWARD_SCRIPT,
     HOST_PYTHON,
     ProxyTunnel,
+    Runtime,
     forward_argv,
     inside_url,
     make_folders,
 )
 
+if TYPE_CHECKING:
+    from ....contracts import RuntimeSpec
+
 log = logging.getLogger("nemo_polar.gateway")
 IN_WORK, IN_HOME = Path("/tmp/polar/work"), Path("/tmp/polar/home")
 
 
-class LocalRuntime:
+class LocalRuntime(Runtime):
+    @classmethod
+    def from_spec(cls, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
+        return cls(
+            root,
+            repo=spec.repo,
+            sandbox=spec.sandbox,
+            session_id=session_id,
+            proxy_url=proxy_url,
+            network=spec.network,
+        )
+
     def __init__(
         self,
         root: str | Path,
