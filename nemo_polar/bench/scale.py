@@ -26,18 +26,22 @@ from pathlib import Path
 from statistics import quantiles
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
+from ..contracts import NodeCapacity, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ..errors import ControlError
+from ..server.client import Retry, RolloutAPI
 from ..serving import free_port
 
 TOKEN = "bench-token"
-H = {"x-polar-control-token": TOKEN}
+PATIENT = Retry(attempts=20, first_s=0.1, max_s=2.0)  # a simulated node keeps trying, as a real one does
 
 
 class SimNode:
-    def __init__(self, index: int, rollout_url: str, http: aiohttp.ClientSession, duration_s: float, stats: dict):
-        self.id, self.rollout_url, self.http = f"sim-{index:02d}", rollout_url, http
+    """A gateway node as the rollout server sees it: it talks through the same client as a real one."""
+
+    def __init__(self, index: int, api: RolloutAPI, duration_s: float, stats: dict):
+        self.id, self.api = f"sim-{index:02d}", api
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))  # bound now: no race for the port with the other nodes
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
@@ -47,25 +51,21 @@ class SimNode:
         self.tasks: set[asyncio.Task] = set()
         self.runner: web.AppRunner | None = None
 
-    async def start(self, capacity: dict[str, int]) -> None:
+    async def start(self, capacity: NodeCapacity) -> None:
         app = web.Application()
         app.router.add_post("/sessions", self.dispatch)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         await web.SockSite(self.runner, self.sock, backlog=4096).start()
-        reg = {"node_id": self.id, "url": self.url, "capacity": capacity, "heartbeat_s": 1.0}
-        async with self.http.post(self.rollout_url + "/nodes", json=reg) as r:
-            r.raise_for_status()
+        await self.api.register(NodeRegistration(node_id=self.id, url=self.url, capacity=capacity, heartbeat_s=1.0))
         self.tasks.add(asyncio.create_task(self.heartbeat()))
 
     async def heartbeat(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            body = {"metrics": {"run_inflight": len(self.running)}}
             try:
-                async with self.http.post(f"{self.rollout_url}/nodes/{self.id}/heartbeat", json=body) as r:
-                    await r.read()
-            except aiohttp.ClientError:
+                await self.api.heartbeat(self.id, NodeMetrics(run_inflight=len(self.running)))
+            except ControlError:
                 pass
 
     async def dispatch(self, request: web.Request) -> web.Response:
@@ -83,24 +83,16 @@ class SimNode:
         return web.json_response({"accepted": True}, status=202)
 
     async def session(self, sid: str, task_id: str) -> None:
-        for state in ("initializing", "ready", "running"):
-            await self.post("/callbacks/session_state", {"session_id": sid, "state": state, "node_id": self.id})
+        for state in (SessionState.INITIALIZING, SessionState.READY, SessionState.RUNNING):
+            if not await self.api.report_state(sid, state, self.id, PATIENT):
+                self.stats["undelivered"] += 1
         await asyncio.sleep(self.duration_s * self.rng.uniform(0.9, 1.1))
-        result = {"session_id": sid, "task_id": task_id, "status": "completed", "reward": 1.0, "node_id": self.id}
-        await self.post("/callbacks/session_result", result)
+        result = SessionResult(
+            session_id=sid, task_id=task_id, status=SessionState.COMPLETED, reward=1.0, node_id=self.id
+        )
+        if not await self.api.deliver(result, PATIENT):
+            self.stats["undelivered"] += 1
         self.running.discard(sid)
-
-    async def post(self, path: str, body: dict[str, Any]) -> None:
-        for attempt in range(20):
-            try:
-                async with self.http.post(self.rollout_url + path, json=body) as r:
-                    await r.read()
-                    if r.status < 500:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.1 * (attempt + 1))
-        self.stats["undelivered"] += 1
 
     async def stop(self) -> None:
         for t in list(self.tasks):
@@ -116,15 +108,14 @@ def _rss_mb(pid: int, field: str) -> float:
     return float("nan")
 
 
-async def _wait_healthy(http: aiohttp.ClientSession, url: str, proc: subprocess.Popen) -> None:
+async def _wait_healthy(api: RolloutAPI, proc: subprocess.Popen) -> None:
     for _ in range(600):
         if proc.poll() is not None:
             raise RuntimeError("the rollout server exited at start-up")
         try:
-            async with http.get(url + "/health") as r:
-                if r.status == 200:
-                    return
-        except aiohttp.ClientError:
+            if (await api.http.send("GET", "/health")).status == 200:
+                return
+        except ControlError:
             pass
         await asyncio.sleep(0.1)
     raise RuntimeError("the rollout server did not start")
@@ -137,15 +128,14 @@ async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder:
     cmd.append(f"store.path={folder / 'rollout.sqlite'}")
     log = open(folder / "rollout.log", "wb")  # noqa: SIM115 - closed in finally
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    connector = aiohttp.TCPConnector(limit=256)
     stats: dict[str, Any] = {"received": [], "duplicates": 0, "undelivered": 0, "peak": 0, "nodes": []}
     sims: list[SimNode] = []
     try:
-        async with aiohttp.ClientSession(connector=connector, headers=H) as http:
-            await _wait_healthy(http, url, proc)
+        async with RolloutAPI(url, TOKEN, timeout_s=60, connections=256) as api:
+            await _wait_healthy(api, proc)
             per_node = -(-sessions // nodes)
-            capacity = {"init": 8, "run": per_node, "postrun": 8, "ready": 8}
-            sims = [SimNode(i, url, http, duration_s, stats) for i in range(nodes)]
+            capacity = NodeCapacity(init=8, run=per_node, postrun=8, ready=8)
+            sims = [SimNode(i, api, duration_s, stats) for i in range(nodes)]
             stats["nodes"] = sims
             await asyncio.gather(*(s.start(capacity) for s in sims))
             rss_idle = _rss_mb(proc.pid, "VmRSS")
@@ -153,19 +143,17 @@ async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder:
             t0 = time.time()
             for g in range(-(-sessions // group)):
                 n = min(group, sessions - g * group)
-                task = {"task_id": f"t{g:05d}", "instruction": "x", "num_samples": n, "harness": {"name": "pi"}}
-                async with http.post(url + "/tasks", json=task) as r:
-                    body = await r.json()
-                    for sid in body["session_ids"]:
-                        submitted[sid] = time.time()
+                task = TaskSpec(task_id=f"t{g:05d}", instruction="x", num_samples=n, harness={"name": "pi"})
+                body = await api.http.request("POST", "/tasks", task.model_dump(mode="json"))
+                for sid in body["session_ids"]:
+                    submitted[sid] = time.time()
             submit_s = time.time() - t0
             while len(stats["received"]) < sessions and time.time() - t0 < duration_s * 0.9:
                 await asyncio.sleep(0.05)
             all_dispatched_s = time.time() - t0
             while any(s.running for s in sims) and time.time() - t0 < duration_s * 3 + 60:
                 await asyncio.sleep(0.2)
-            async with http.get(url + "/tasks") as r:
-                listed = (await r.json())["tasks"]
+            listed = await api.tasks()
             rss_peak = _rss_mb(proc.pid, "VmHWM")
         latencies = sorted((t - submitted[sid]) * 1000 for sid, t in stats["received"] if sid in submitted)
         completed = sum(t["counts"].get("completed", 0) for t in listed)

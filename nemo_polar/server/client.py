@@ -150,11 +150,16 @@ class RolloutAPI:
     """A rollout server's REST API (README: Rollout server and gateway nodes)."""
 
     def __init__(
-        self, url: str, control_token: str | None = None, poll_interval_s: float = 1.0, timeout_s: float = 60.0
+        self,
+        url: str,
+        control_token: str | None = None,
+        poll_interval_s: float = 1.0,
+        timeout_s: float = 60.0,
+        connections: int = 100,
     ):
         self.url = url.rstrip("/")
         self.poll_interval_s = poll_interval_s
-        self.http = ControlClient(self.url, control_token, timeout_s)
+        self.http = ControlClient(self.url, control_token, timeout_s, connections)
 
     async def close(self) -> None:
         await self.http.close()
