@@ -99,6 +99,7 @@ class RuntimeSpec(Strict):
 
     @model_validator(mode="after")
     def _fits_kind(self) -> RuntimeSpec:
+        """The built-in kinds' rules; a runtime of your own reads the fields it understands."""
         if self.kind in ("docker", "apptainer") and not self.image:
             raise ValueError(f"runtime.image is required for kind {self.kind!r}")
         if self.kind == "local":
@@ -106,7 +107,7 @@ class RuntimeSpec(Strict):
                 raise ValueError("runtime.image needs kind docker or apptainer (local runs on this machine)")
             if self.cpus is not None or self.memory is not None:
                 raise ValueError("runtime.cpus and runtime.memory need kind docker or apptainer (local has no limits)")
-        elif not self.sandbox:
+        elif self.kind in ("docker", "apptainer") and not self.sandbox:
             raise ValueError(f"runtime.sandbox=false only applies to kind local, not {self.kind!r}")
         return self
 

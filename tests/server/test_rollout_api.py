@@ -415,3 +415,38 @@ def test_a_session_lost_to_silence_is_stopped_on_its_node_too(client):
         assert node.wait("DELETE", "/sessions/", 1) == [f"/sessions/{sid}"]
     (s,) = client.get("/tasks/quiet").json()["sessions"]
     assert s["state"] == "error" and s["result"]["masked"] and "node lost" in s["result"]["error"]
+
+
+def test_a_typo_in_a_plugin_name_is_refused_at_submit_naming_the_known_ones(client):
+    """Before, `codx` was accepted here and failed on the node after its sandbox was built, masked."""
+    r = client.post("/tasks", json=TASK | {"task_id": "typo", "harness": {"name": "codx"}})
+    assert r.status_code == 400
+    message = r.json()["error"]["message"]
+    assert "harness.name" in message and "unknown harness 'codx'" in message and "codex" in message
+    r = client.post("/tasks", json=TASK | {"evaluator": {"kind": "tests", "config": {"timout_s": 5}}})
+    assert r.status_code == 400 and "timout_s" in r.json()["error"]["message"]
+    r = client.post("/tasks", json=TASK | {"harness": {"name": "pi", "dialect": "grpc"}})
+    assert r.status_code == 400 and "pi speaks" in r.json()["error"]["message"]
+    assert client.get("/tasks").json() == {"tasks": []}  # nothing was stored
+    assert client.get("/tasks/typo").status_code == 404
+
+
+def test_every_error_has_the_one_control_body(srv, client):
+    answers = [
+        client.post("/tasks", content=b"{not json"),  # 400
+        httpx.post(srv.url + "/tasks", json=TASK),  # 401: no token
+        client.get("/tasks/nope"),  # 404
+        client.get("/nope"),  # 404 from the router
+        client.put("/tasks"),  # 405
+    ]
+    submit(client, task_id="twice")
+    answers.append(client.post("/tasks", json=TASK | {"task_id": "twice"}))  # 409
+    for r in answers:
+        error = r.json()["error"]
+        assert set(error) == {"status", "type", "message"} and error["status"] == r.status_code, r.text
+    assert [r.status_code for r in answers] == [400, 401, 404, 404, 405, 409]
+
+
+def test_session_ids_cannot_be_mistaken_for_keys(client):
+    ids = submit(client, task_id="ids", num_samples=2)["session_ids"]
+    assert all(i.startswith("session-") and "sk-" not in i for i in ids) and len(set(ids)) == 2

@@ -288,3 +288,95 @@ def test_a_node_that_lost_its_session_cannot_move_it(store):
     with pytest.raises(IllegalMove, match="assigned to node n2"):
         store.move(s.id, S.INITIALIZING, "late", "n1")
     assert store.move(s.id, S.INITIALIZING, "node", "n2").node_id == "n2"
+
+
+# --- schema versions ----------------------------------------------------------------------------
+OLD_SCHEMA = """
+CREATE TABLE tasks (id TEXT PRIMARY KEY, spec BLOB NOT NULL, status TEXT NOT NULL, priority INTEGER NOT NULL,
+  session_timeout_s REAL NOT NULL, created_at REAL NOT NULL, finished_at REAL);
+CREATE TABLE sessions (id TEXT PRIMARY KEY, task_id TEXT NOT NULL, sample_index INTEGER NOT NULL, state TEXT NOT NULL,
+  node_id TEXT, attempt INTEGER NOT NULL DEFAULT 0, started_at REAL, updated_at REAL NOT NULL, result BLOB);
+CREATE TABLE transitions (session_id TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL, at REAL NOT NULL,
+  cause TEXT NOT NULL);
+CREATE TABLE nodes (id TEXT PRIMARY KEY, registration BLOB NOT NULL, metrics BLOB NOT NULL,
+  last_heartbeat REAL NOT NULL, draining INTEGER NOT NULL DEFAULT 0);
+"""
+
+
+def test_a_store_from_before_versions_is_brought_forward(tmp_path):
+    import sqlite3
+
+    import orjson
+
+    from nemo_polar.migrations import version
+    from nemo_polar.server.rollout.store import MIGRATIONS
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(OLD_SCHEMA)  # no group_id, no user_version: as written before either existed
+    old = {"task_id": "old", "instruction": "x", "harness": {"name": "pi", "dialect": None, "command": None}}
+    conn.execute("INSERT INTO tasks VALUES ('old', ?, 'running', 0, 60, 1.0, NULL)", (orjson.dumps(old),))
+    conn.execute("INSERT INTO sessions VALUES ('sk-polar-abc', 'old', 0, 'registered', NULL, 0, NULL, 1.0, NULL)")
+    conn.commit()
+    conn.close()
+    store = RolloutStore(path)
+    try:
+        assert store.schema_version == len(MIGRATIONS) == version(store._conn)
+        assert store.task("old").spec.harness.name == "pi" and store.group("g") == []
+        assert [s.id for s in store.sessions("old")] == ["sk-polar-abc"]
+        store.submit(spec(task_id="new", group_id="g"))
+        assert [t.id for t in store.group("g")] == ["new"]
+    finally:
+        store.close()
+    RolloutStore(path).close()  # opening again changes nothing
+
+
+def test_a_store_written_now_opens_after_a_spec_field_is_renamed(tmp_path):
+    """A later version renames TaskSpec.agent_timeout_s to agent_budget_s: without a migration its stored
+    specs would no longer validate; with one that rewrites them, the store opens as if nothing happened."""
+    from pydantic import ConfigDict, ValidationError, create_model
+
+    from nemo_polar.migrations import Migration, rename_key, rewrite_json
+    from nemo_polar.server.rollout.store import MIGRATIONS
+
+    path = tmp_path / "rollout.sqlite"
+    now = RolloutStore(path)
+    now.submit(spec(task_id="t", agent_timeout_s=42))
+    now.close()
+
+    fields = {
+        ("agent_budget_s" if name == "agent_timeout_s" else name): (f.annotation, f)
+        for name, f in TaskSpec.model_fields.items()
+    }
+    renamed = create_model("TaskSpec", __config__=ConfigDict(extra="forbid"), **fields)
+    unmigrated = RolloutStore(path, spec_model=renamed)
+    with pytest.raises(ValidationError, match="agent_timeout_s"):
+        unmigrated.task("t")  # the bug a schema version fixes
+    unmigrated.close()
+
+    rename = Migration(
+        len(MIGRATIONS) + 1,
+        "TaskSpec.agent_timeout_s is agent_budget_s",
+        rewrite_json("tasks", "spec", rename_key("agent_timeout_s", "agent_budget_s"), key="id"),
+    )
+    later = RolloutStore(path, migrations=(*MIGRATIONS, rename), spec_model=renamed)
+    try:
+        assert later.schema_version == len(MIGRATIONS) + 1
+        assert later.task("t").spec.agent_budget_s == 42 and later.tasks()[0].id == "t"
+        assert [s.state for s in later.sessions("t")] == [S.REGISTERED]
+    finally:
+        later.close()
+
+
+def test_a_store_from_a_newer_version_is_refused(tmp_path):
+    import sqlite3
+
+    from nemo_polar.migrations import StoreTooNew
+
+    path = tmp_path / "future.sqlite"
+    RolloutStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(StoreTooNew, match="schema version 99"):
+        RolloutStore(path)

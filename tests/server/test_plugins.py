@@ -1,0 +1,168 @@
+"""One plug-in pattern: harnesses, runtimes, builders and evaluators by name or by `package.module:Class`,
+names checked and each plug-in's own settings validated when a task is validated, not on a node."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from nemo_polar.contracts import STORED, HarnessSpec, RuntimeSpec, TaskSpec
+from nemo_polar.errors import UnknownPlugin
+from nemo_polar.plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
+from nemo_polar.server.gateway.harnesses import Endpoint
+from nemo_polar.server.gateway.runtimes import make_runtime
+from nemo_polar.server.gateway.stages import harness_for
+from nemo_polar.traces import build
+
+from .test_harness_launch import KEY, URL
+
+OWN = """
+from pathlib import Path
+
+from pydantic import Field
+
+from nemo_polar.evaluators.base import Evaluation, Evaluator
+from nemo_polar.server.gateway.harnesses.base import Harness, HarnessSettings, Launch
+from nemo_polar.server.gateway.runtimes.local import LocalRuntime
+from nemo_polar.traces.builders import PerRequest
+
+
+class EchoSettings(HarnessSettings):
+    words: int = Field(3, ge=1)
+
+
+class Echo(Harness):
+    name = "echo"
+    dialects = ("openai_chat",)
+    Settings = EchoSettings
+
+    def launch(self, task, endpoint, home, workdir, max_steps):
+        return Launch(["echo", *task.split()[: self.settings.words]], self.base_env(home) | {"KEY": endpoint.api_key})
+
+
+class Twice(Evaluator):
+    name = "twice"
+
+    async def evaluate(self, ctx):
+        return Evaluation(reward=1.0)
+
+
+class MyRuntime(LocalRuntime):
+    pass
+
+
+class Reversed(PerRequest):
+    name = "reversed"
+
+    def traces(self, records, stats, events, **kw):
+        return list(reversed(super().traces(records, stats, events, **kw)))
+
+
+class NotAPlugin:
+    pass
+"""
+
+
+@pytest.fixture
+def own(tmp_path, monkeypatch):
+    """A module of the user's own, outside the package, importable by path."""
+    (tmp_path / "my_plugins.py").write_text(textwrap.dedent(OWN))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "my_plugins"
+    sys.modules.pop("my_plugins", None)
+
+
+def test_each_registry_lists_its_builtins():
+    assert set(HARNESSES) == {
+        "codex",
+        "claude_code",
+        "qwen_code",
+        "gemini_cli",
+        "pi",
+        "mini_swe_agent",
+        "openhands",
+        "shell",
+    }
+    assert set(RUNTIMES) == {"local", "docker", "apptainer"}
+    assert set(BUILDERS) == {"per_request", "prefix_tree"}
+    assert {"session_completed", "tests", "swebench"} <= set(EVALUATORS)
+    assert HARNESSES["pi"].name == "pi" and BUILDERS["per_request"].name == "per_request"
+
+
+@pytest.mark.parametrize("registry", [HARNESSES, RUNTIMES, BUILDERS, EVALUATORS])
+def test_an_unknown_name_is_refused_with_the_known_ones(registry):
+    with pytest.raises(UnknownPlugin) as exc:
+        registry["nope"]
+    assert "unknown" in str(exc.value) and all(name in str(exc.value) for name in registry)
+    with pytest.raises(UnknownPlugin, match="cannot load"):
+        registry["no_such_module_here:Thing"]
+
+
+def test_a_class_of_your_own_by_import_path(own, tmp_path):
+    echo = HARNESSES[f"{own}:Echo"]
+    out = harness_for(HarnessSpec(name=f"{own}:Echo", words=2)).launch(
+        "one two three", Endpoint(URL, KEY), tmp_path, tmp_path, 1
+    )
+    assert echo.name == "echo" and out.argv == ["echo", "one", "two"] and out.env["KEY"] == KEY
+    assert EVALUATORS[f"{own}:Twice"].name == "twice"
+    spec = RuntimeSpec(kind=f"{own}:MyRuntime", sandbox=False)
+    assert type(make_runtime(spec, tmp_path, "s1", URL)).__name__ == "MyRuntime"
+    with pytest.raises(UnknownPlugin, match="is not a Harness"):
+        HARNESSES[f"{own}:NotAPlugin"]
+
+
+def test_a_builder_of_your_own_builds_the_traces(own, tmp_path):
+    from tests.traces.test_builders import rec
+
+    records = [rec("a", 0, [1, 2], [3], [-0.1]), rec("b", 1, [1, 2, 3, 4], [5], [-0.2])]
+    ours, theirs = build(records, f"{own}:Reversed"), build(records, "per_request")
+    assert [t.record_ids for t in ours.traces] == [t.record_ids for t in reversed(theirs.traces)]
+
+
+def test_a_task_is_checked_when_it_is_validated(own):
+    def problems(**spec) -> str:
+        with pytest.raises(ValidationError) as exc:
+            TaskSpec.model_validate({"instruction": "x", "harness": {"name": "pi"}} | spec)
+        return str(exc.value)
+
+    assert "unknown harness 'codx'" in problems(harness={"name": "codx"}) and "claude_code" in problems(
+        harness={"name": "codx"}
+    )
+    assert "pi speaks" in problems(harness={"name": "pi", "dialect": "grpc"})
+    assert "harness.effort" in problems(harness={"name": "pi", "effort": "high"})  # not one of pi's settings
+    assert "needs `command`" in problems(harness={"name": "shell"})
+    assert "harness.words" in problems(harness={"name": f"{own}:Echo", "words": 0})
+    assert "unknown runtime 'podman'" in problems(runtime={"kind": "podman"})
+    assert "unknown builder 'tree'" in problems(builder="tree")
+    assert "unknown evaluator" in problems(evaluator={"kind": "test"})
+    assert "timeout_z" in problems(evaluator={"kind": "tests", "config": {"timeout_z": 1}})
+    assert TaskSpec(instruction="x", harness={"name": "pi", "dialect": None}).harness.options == {}  # null: default
+
+
+def test_a_stored_spec_does_not_load_its_plugins_again():
+    data = {"instruction": "x", "harness": {"name": "gone.module:Harness"}, "evaluator": {"kind": "gone:E"}}
+    spec = TaskSpec.model_validate(data, context=STORED)  # checked when it was submitted
+    assert spec.harness.name == "gone.module:Harness"
+    with pytest.raises(ValidationError, match="cannot load"):
+        TaskSpec.model_validate(data)
+
+
+def test_the_env_setting_reaches_the_harness_under_its_own_variables(tmp_path):
+    spec = HarnessSpec(name="codex", env={"HTTPS_PROXY": "http://corp:3128", "POLAR_API_KEY": "stolen"})
+    out = harness_for(spec).launch("t", Endpoint(URL, KEY), tmp_path, tmp_path, 1)
+    assert out.env["HTTPS_PROXY"] == "http://corp:3128"
+    assert out.env["POLAR_API_KEY"] == KEY  # the harness's own variables win
+
+
+def test_a_node_builds_the_runtime_a_task_names(tmp_path):
+    rt = make_runtime(RuntimeSpec(sandbox=False), tmp_path, "s1", URL)
+    asyncio.run(rt.start())
+    try:
+        assert Path(rt.work).is_dir() and not rt.sandboxed
+    finally:
+        asyncio.run(rt.stop())
