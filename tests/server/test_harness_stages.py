@@ -24,7 +24,8 @@ def _request(session_id: str, **harness) -> DispatchRequest:
     return DispatchRequest(session_id=session_id, task=task, callback_url="http://unused")
 
 
-def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_path):
+def run_one(proxy, tmp_path: Path, request: DispatchRequest) -> SessionResult:
+    """One session through a one-slot pipeline of real stages; its delivered result."""
     results: list[SessionResult] = []
 
     async def on_result(result: SessionResult) -> None:
@@ -33,10 +34,15 @@ def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_pat
     async def main() -> None:
         stages = HarnessStages(proxy.proxy, proxy.url, tmp_path / "node", "node-1", on_result)
         async with Pipeline(1, 1, 1, 1, stages) as pipeline:
-            await pipeline.submit(stages.job(_request("s-1")))
+            await pipeline.submit(stages.job(request))
 
     asyncio.run(main())
     (result,) = results
+    return result
+
+
+def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_path):
+    result = run_one(proxy, tmp_path, _request("s-1"))
     assert result.status is SessionState.COMPLETED and result.reward == 1.0 and not result.masked
     assert result.stats["exit_code"] == 0 and result.stats["trainable"] >= 1
     (trace,) = read_jsonl(result.traces_path)
@@ -57,19 +63,7 @@ ONE_CALL = Path(__file__).resolve().parents[2] / "examples" / "one_call_agent.py
     strict=True,
 )
 def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tmp_path):
-    results: list[SessionResult] = []
-
-    async def on_result(result: SessionResult) -> None:
-        results.append(result)
-
-    async def main() -> None:
-        stages = HarnessStages(proxy.proxy, proxy.url, tmp_path / "node", "node-1", on_result)
-        request = _request("s-2", name="shell", command=f"python3 {ONE_CALL}")
-        async with Pipeline(1, 1, 1, 1, stages) as pipeline:
-            await pipeline.submit(stages.job(request))
-
-    asyncio.run(main())
-    (result,) = results
+    result = run_one(proxy, tmp_path, _request("s-2", name="shell", command=f"python3 {ONE_CALL}"))
     assert result.status is SessionState.COMPLETED and result.proxy_session_id
     (opened,) = [s for s in proxy.proxy.store.sessions() if s.id == result.proxy_session_id]
     assert opened.metadata["rollout_session"] == "s-2"  # the one link between the two sessions

@@ -78,16 +78,7 @@ def own(tmp_path, monkeypatch):
 
 
 def test_each_registry_lists_its_builtins():
-    assert set(HARNESSES) == {
-        "codex",
-        "claude_code",
-        "qwen_code",
-        "gemini_cli",
-        "pi",
-        "mini_swe_agent",
-        "openhands",
-        "shell",
-    }
+    assert {"codex", "pi", "shell"} <= set(HARNESSES)  # all of them: test_harness_launch
     assert set(RUNTIMES) == {"local", "docker", "apptainer"}
     assert set(BUILDERS) == {"per_request", "prefix_tree"}
     assert {"session_completed", "tests", "swebench"} <= set(EVALUATORS)

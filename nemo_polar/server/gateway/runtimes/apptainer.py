@@ -24,15 +24,12 @@ from .base import (
     CONTAINER_HOME,
     CONTAINER_WORK,
     FORWARD_SCRIPT,
-    ProxyTunnel,
-    Runtime,
+    IN_FORWARD,
+    IN_SOCKET_DIR,
+    ContainerRuntime,
     forward_argv,
-    inside_url,
-    make_folders,
 )
 
-IN_SOCKET_DIR = "/polar/proxy"
-IN_FORWARD = "/polar/forward.py"
 START_TIMEOUT_S = 120.0
 
 
@@ -79,27 +76,16 @@ def stop_argv(binary: str, name: str) -> list[str]:
     return [binary, "instance", "stop", "--force", name]
 
 
-class ApptainerRuntime(Runtime):
+class ApptainerRuntime(ContainerRuntime):
     def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
         binary = apptainer_binary()
         if binary is None:
             raise RuntimeError("runtime.kind apptainer: no `apptainer` on PATH (or set POLAR_APPTAINER_BIN)")
-        self.binary, self.spec, self.name = binary, spec, instance_name(session_id)
-        self.folder = Path(root).resolve() / session_id
-        self.work, self.home, self.overlay = self.folder / "work", self.folder / "home", self.folder / "overlay"
-        self.inside_work, self.inside_home = CONTAINER_WORK, CONTAINER_HOME
-        self.tunnel: ProxyTunnel | None = None
-        self.proxy_url, self.listen = (proxy_url if spec.network == "host" else None), []
-        if spec.network == "proxy" and proxy_url:
-            self.proxy_url, self.listen = inside_url(proxy_url)
-            self.tunnel = ProxyTunnel(proxy_url, self.folder)
+        super().__init__(spec, root, session_id, proxy_url)
+        self.binary, self.name, self.overlay = binary, instance_name(session_id), self.folder / "overlay"
         self.started = False
         self.forwarder: asyncio.subprocess.Process | None = None
         self._live: set[int] = set()
-
-    @property
-    def sandboxed(self) -> bool:
-        return True
 
     def _env(self) -> dict[str, str]:
         # apptainer itself needs ours (instance records, cache); --cleanenv keeps it out of the instance
@@ -107,11 +93,8 @@ class ApptainerRuntime(Runtime):
 
     async def start(self) -> None:
         try:
-            repo = Path(self.spec.repo) if self.spec.repo else None
-            await asyncio.to_thread(make_folders, self.folder, self.work, self.home, repo)
+            await self._prepare()
             self.overlay.mkdir()
-            if self.tunnel is not None:
-                await self.tunnel.start()
             argv = start_argv(
                 self.binary,
                 self.spec,

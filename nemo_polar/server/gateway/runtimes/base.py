@@ -20,8 +20,10 @@ if TYPE_CHECKING:
     from ....contracts import RuntimeSpec
 
 FORWARD_SCRIPT = Path(forward.__file__)
-# where docker and apptainer mount the session's folders (the local runtime: see local.py)
+# where docker and apptainer mount the session's folders (the local runtime: see local.py), the
+# tunnel's socket folder and the forwarder
 CONTAINER_WORK, CONTAINER_HOME = Path("/polar/work"), Path("/polar/home")
+IN_SOCKET_DIR, IN_FORWARD = "/polar/proxy", "/polar/forward.py"
 HOST_PYTHON = sys.executable
 
 
@@ -60,6 +62,33 @@ class Runtime(ABC):
 
     @abstractmethod
     async def stop(self) -> None: ...
+
+
+class ContainerRuntime(Runtime):
+    """What docker and apptainer share: the session's folders under `root`, bound at fixed paths inside,
+    and for network "proxy" the tunnel to the proxy (network "host" reaches it directly)."""
+
+    def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
+        self.spec = spec
+        self.folder = Path(root).resolve() / session_id
+        self.work, self.home = self.folder / "work", self.folder / "home"
+        self.inside_work, self.inside_home = CONTAINER_WORK, CONTAINER_HOME
+        self.tunnel: ProxyTunnel | None = None
+        self.proxy_url, self.listen = (proxy_url if spec.network == "host" else None), []
+        if spec.network == "proxy" and proxy_url:
+            self.proxy_url, self.listen = inside_url(proxy_url)
+            self.tunnel = ProxyTunnel(proxy_url, self.folder)
+
+    @property
+    def sandboxed(self) -> bool:
+        return True
+
+    async def _prepare(self) -> None:
+        """The session's folders (a copy of `spec.repo` as its working copy) and the tunnel's socket."""
+        repo = Path(self.spec.repo) if self.spec.repo else None
+        await asyncio.to_thread(make_folders, self.folder, self.work, self.home, repo)
+        if self.tunnel is not None:
+            await self.tunnel.start()
 
 
 def make_folders(folder: Path, work: Path, home: Path, repo: Path | None) -> None:

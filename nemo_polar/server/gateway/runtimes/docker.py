@@ -30,15 +30,12 @@ from .base import (
     CONTAINER_HOME,
     CONTAINER_WORK,
     FORWARD_SCRIPT,
-    ProxyTunnel,
-    Runtime,
+    IN_FORWARD,
+    IN_SOCKET_DIR,
+    ContainerRuntime,
     forward_argv,
-    inside_url,
-    make_folders,
 )
 
-IN_SOCKET_DIR = "/polar/proxy"
-IN_FORWARD = "/polar/forward.py"
 START_TIMEOUT_S = 60.0
 KILL_AFTER_S = 2
 
@@ -93,32 +90,18 @@ def exec_argv(argv: list[str], timeout: float | None) -> list[str]:
     return ["timeout", "-k", str(KILL_AFTER_S), f"{timeout:.3f}", *argv]
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(ContainerRuntime):
     def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
         import docker  # the `docker` extra
 
-        self.spec, self.name = spec, container_name(session_id)
-        self.folder = Path(root).resolve() / session_id
-        self.work, self.home = self.folder / "work", self.folder / "home"
-        self.inside_work, self.inside_home = CONTAINER_WORK, CONTAINER_HOME
+        super().__init__(spec, root, session_id, proxy_url)
+        self.name = container_name(session_id)
         self.client = docker.from_env()
         self.container = None
-        self.tunnel: ProxyTunnel | None = None
-        self.proxy_url, self.listen = (proxy_url if spec.network == "host" else None), []
-        if spec.network == "proxy" and proxy_url:
-            self.proxy_url, self.listen = inside_url(proxy_url)
-            self.tunnel = ProxyTunnel(proxy_url, self.folder)
-
-    @property
-    def sandboxed(self) -> bool:
-        return True
 
     async def start(self) -> None:
         try:
-            repo = Path(self.spec.repo) if self.spec.repo else None
-            await asyncio.to_thread(make_folders, self.folder, self.work, self.home, repo)
-            if self.tunnel is not None:
-                await self.tunnel.start()
+            await self._prepare()
             kwargs = container_kwargs(
                 self.spec,
                 self.name,
