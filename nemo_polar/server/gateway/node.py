@@ -5,7 +5,8 @@ It registers at start-up, heartbeats its stage metrics, reports every state chan
 each session's result to the rollout server. A result is written to the node's outbox before it
 is sent and removed only once acknowledged; whatever is left (the server was down, the node was
 restarted) is sent again with every heartbeat. The server keeps the first result it gets, so a
-retry is never counted twice.
+retry is never counted twice. The event loop serves the harnesses' calls: the outbox is read and
+written in worker threads, like every disk step of the stages.
 
     POST /sessions                  a DispatchRequest (202; 409 when the session is already here)
     GET /sessions/{id}              its state
@@ -196,18 +197,18 @@ class GatewayNode:
         self._delivering.add(path.name)
         try:
             if await self.rollout.deliver(result, Retry(attempts=self.config.result_attempts)):
-                path.unlink(missing_ok=True)
+                await asyncio.to_thread(path.unlink, True)
             # else it stays in the outbox: the heartbeat loop sends it again
         finally:
             self._delivering.discard(path.name)
 
     async def _flush_outbox(self) -> None:
-        for path in sorted(self.outbox.glob("*.json")):
+        for path in sorted(await asyncio.to_thread(lambda: list(self.outbox.glob("*.json")))):
             if path.name in self._delivering:  # its own delivery is still trying: not twice at once
                 continue
-            if not await self.rollout.deliver(orjson.loads(path.read_bytes())):
+            if not await self.rollout.deliver(orjson.loads(await asyncio.to_thread(path.read_bytes))):
                 return  # the server is still away: the next heartbeat tries again
-            path.unlink(missing_ok=True)
+            await asyncio.to_thread(path.unlink, True)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

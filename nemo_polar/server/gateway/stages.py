@@ -8,6 +8,9 @@ the evaluator gives the reward, the sandbox goes. Whatever happened, POST-RUN pr
 
 A session's state between the stages is its `Work` (the pipeline job's `data`): typed fields,
 among them the one link from the rollout session to its proxy session (`proxy_session`).
+
+The node's event loop also serves the harnesses' model calls, so every stage step that touches the
+disk (folders, the proxy's session rows, traces, logs) runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class HarnessStages:
         work, task = job.data, job.data.request.task
         work.runtime = make_runtime(task.runtime, self.root, job.session_id, self.proxy_url)
         await work.runtime.start()
-        work.proxy_session = self.proxy.open_session(
+        work.proxy_session = await asyncio.to_thread(
+            self.proxy.open_session,
             metadata={"rollout_session": job.session_id, "task_id": task.task_id, "sample": work.request.sample_index},
             upstream_url=task.upstream_url,
             upstream_model=task.upstream_model,
@@ -127,7 +131,7 @@ class HarnessStages:
     async def postrun(self, job: Job[Work]) -> None:
         work = job.data
         if work.proxy_session is not None:  # nothing may call the model for this session any more
-            self.proxy.close_session(work.proxy_session.id)
+            await asyncio.to_thread(self.proxy.close_session, work.proxy_session.id)
         t0 = time.monotonic()
         try:
             evaluation = await self._evaluate(job)
@@ -139,7 +143,7 @@ class HarnessStages:
             if work.runtime is not None:
                 await work.runtime.stop()
             if work.eval_ctx is not None:
-                shutil.rmtree(work.eval_ctx.scratch, ignore_errors=True)
+                await asyncio.to_thread(shutil.rmtree, work.eval_ctx.scratch, True)
         await self.on_result(result)
 
     def _eval_ctx(self, job: Job[Work]) -> EvalContext:
