@@ -450,7 +450,9 @@ class Relay:
 
 class RelayResponse(Response):
     """The relay as a response: stops it when the harness goes away, and closes it even if it never
-    ran. One watcher task does what Starlette's per-response anyio task group would, for less."""
+    ran. One watcher task does what Starlette's per-response anyio task group would, for less, and
+    only once the relay waits for the upstream: only a relay that waits can be interrupted, and an
+    answer that is all there already goes out without a pause."""
 
     def __init__(self, relay: Relay):  # the headers are every relay's: built once, below
         self.relay = relay
@@ -461,6 +463,7 @@ class RelayResponse(Response):
         relaying = asyncio.current_task()
         assert relaying is not None
         gone = False
+        watcher: asyncio.Future[None] | None = None
 
         async def watch() -> None:
             nonlocal gone
@@ -469,7 +472,11 @@ class RelayResponse(Response):
             gone = True
             relaying.cancel()
 
-        watcher = asyncio.ensure_future(watch())
+        def watch_from_now() -> None:
+            nonlocal watcher
+            watcher = asyncio.ensure_future(watch())
+
+        self.relay.response.before_wait = watch_from_now
         try:
             start = {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
             await self.relay.stream(send, start)
@@ -479,7 +486,8 @@ class RelayResponse(Response):
             relaying.uncancel()  # the harness left: the relay records that, nothing else to do
         finally:
             # no await since the last send: the watcher, woken by the response completing, never ran
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
             self.relay.close()
 
 

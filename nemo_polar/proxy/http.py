@@ -14,7 +14,7 @@ import asyncio
 import functools
 import ssl
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -110,6 +110,7 @@ class Response:
         self.read_all = False  # the reader has all it wants: what may follow is the body's framing
         self.released = False
         self.waiter: asyncio.Future[None] | None = None
+        self.before_wait: Callable[[], None] | None = None  # called once, the first time a read must wait
         self.timer = self.loop.call_at(deadline, self._fail, TimeoutError("no complete answer before the deadline"))
         conn.response = self
 
@@ -153,6 +154,9 @@ class Response:
 
     async def _next(self) -> None:
         """Until the connection or the deadline has news."""
+        if self.before_wait is not None:
+            hook, self.before_wait = self.before_wait, None
+            hook()
         if self.error is None:
             self.waiter = self.loop.create_future()
             try:

@@ -93,7 +93,7 @@ class Backend:
         content = (choice.get("logprobs") or {}).get("content")
         if ids is None or content is None:
             return None
-        return list(ids), [float(c["logprob"]) for c in content]
+        return ids, [float(c["logprob"]) for c in content]  # ids: extended into the completion, a copy anyway
 
     # --- assembly -----------------------------------------------------------------------------
     def parse_response(self, body: dict[str, Any]) -> Completion:

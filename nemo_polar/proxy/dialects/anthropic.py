@@ -342,8 +342,9 @@ class _MessageStream(StreamRenderer):
         self.started = False
         self.blocks = 0  # blocks opened so far; the open one, if any, is blocks - 1
         self.open: tuple[str, int] | None = None  # (block type, tool call index)
-        self.thinking = ""  # the open thinking block's text, for its signature
-        self.args = ""  # the open tool_use block's arguments so far
+        # the open block's thinking (for its signature) and tool arguments so far, in pieces (`+=` is quadratic)
+        self.thinking: list[str] = []
+        self.args: list[str] = []
         self.live: bool | None = None  # tool arguments relayed as they come (None: not known yet)
         self.closed_tools: set[int] = set()
         self.block_delta: Template  # the open block's content_block_delta, set when it opens
@@ -383,7 +384,7 @@ class _MessageStream(StreamRenderer):
         out = self._close()
         self.open = (kind, tool_index)
         self.blocks += 1
-        self.thinking, self.args, self.live = "", "", None
+        self.thinking, self.args, self.live = [], [], None
         delta = {"type": "content_block_delta", "index": self.blocks - 1, "delta": HOLES[0]}
         self.block_delta = Template(delta, delta["type"])
         out.append(self._event({"type": "content_block_start", "index": self.blocks - 1, "content_block": block}))
@@ -395,11 +396,11 @@ class _MessageStream(StreamRenderer):
         kind, tool_index = self.open
         out = []
         if kind == "thinking":
-            out.append(self._block_delta({"type": "signature_delta", "signature": signature(self.thinking)}))
+            out.append(self._block_delta({"type": "signature_delta", "signature": signature("".join(self.thinking))}))
         elif kind == "tool_use":
             self.closed_tools.add(tool_index)
             if not self.live:  # held back: send what the client can parse
-                out.append(self._json_delta(orjson.dumps(tool_input(self.args)).decode()))
+                out.append(self._json_delta(orjson.dumps(tool_input("".join(self.args))).decode()))
         out.append(self._event({"type": "content_block_stop", "index": self.blocks - 1}))
         self.open = None
         return out
@@ -416,11 +417,12 @@ class _MessageStream(StreamRenderer):
         if self.open != ("tool_use", t.index):
             block = {"type": "tool_use", "id": t.id or "toolu_" + new_hex(), "name": t.name or "", "input": {}}
             out = self._open("tool_use", block, t.index)
-        self.args += t.arguments
-        if self.live is None and self.args.strip():
-            self.live = self.args.lstrip().startswith("{")
+        self.args.append(t.arguments)
+        if self.live is None and t.arguments.strip():  # the first piece that is not blank decides
+            so_far = "".join(self.args)
+            self.live = so_far.lstrip().startswith("{")
             if self.live:
-                out.append(self._json_delta(self.args))
+                out.append(self._json_delta(so_far))
         elif self.live and t.arguments:
             out.append(self._json_delta(t.arguments))
         return out
@@ -429,7 +431,7 @@ class _MessageStream(StreamRenderer):
         out = self._start()
         if delta.reasoning:
             out += self._open("thinking", {"type": "thinking", "thinking": "", "signature": ""})
-            self.thinking += delta.reasoning
+            self.thinking.append(delta.reasoning)
             out.append(self._block_delta({"type": "thinking_delta", "thinking": delta.reasoning}))
         if delta.text:
             out += self._open("text", {"type": "text", "text": ""})

@@ -48,10 +48,14 @@ class Template:
             raise ValueError("a template's holes must appear in their index order")
 
     def render(self, *values: Any) -> bytes:
-        parts = self.parts
+        parts, dumps = self.parts, orjson.dumps
+        if len(values) == 1:  # most events: a token's text (and its sequence number)
+            return b"".join((parts[0], dumps(values[0]), parts[1]))
+        if len(values) == 2:
+            return b"".join((parts[0], dumps(values[0]), parts[1], dumps(values[1]), parts[2]))
         out = [parts[0]]
         for i, value in enumerate(values, 1):
-            out += (orjson.dumps(value), parts[i])
+            out += (dumps(value), parts[i])
         return b"".join(out)
 
 

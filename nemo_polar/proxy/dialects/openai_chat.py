@@ -161,7 +161,7 @@ class _ChatStream(StreamRenderer):
         return [self._chunk({"role": "assistant", "content": ""})]
 
     def delta(self, delta: Delta) -> list[bytes]:
-        out = self._open()
+        out = self._open() if not self.started else []
         if delta.reasoning:
             out.append(self._chunk({"reasoning_content": delta.reasoning}))
         if delta.text:

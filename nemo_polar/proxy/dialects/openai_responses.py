@@ -453,7 +453,7 @@ class _ResponsesStream(StreamRenderer):
         self.kind: str | None = None  # reasoning | message | call: the open item
         self.index = 0  # its output_index
         self.item_id = ""
-        self.buf = ""  # its text or arguments so far
+        self.buf: list[str] = []  # its text or arguments so far, in pieces (joined once: `+=` is quadratic)
         self.call = ToolCall("", "", "")
         self.call_index: int | None = None  # the upstream tool-call index it renders
         self.closed_calls: set[int] = set()
@@ -490,24 +490,24 @@ class _ResponsesStream(StreamRenderer):
 
     def _open(self, kind: str, prefix: str, added: dict[str, Any]) -> list[bytes]:
         out = self._close("completed")
-        self.kind, self.item_id, self.buf = kind, _new_id(prefix), ""
+        self.kind, self.item_id, self.buf = kind, _new_id(prefix), []
         self.index = len(self.output)
         item = {"id": self.item_id, **added}
         self.output.append(item)
         out.append(self._event("response.output_item.added", output_index=self.index, item=item))
         return out
 
-    def _final_item(self, status: str) -> dict[str, Any]:
+    def _final_item(self, status: str, text: str) -> dict[str, Any]:
         if self.kind == "reasoning":
-            return _reasoning_item(self.item_id, self.buf, status)
+            return _reasoning_item(self.item_id, text, status)
         if self.kind == "message":
-            return _message_item(self.item_id, self.buf, status)
-        return _call_item(self.item_id, ToolCall(self.call.id, self.call.name, self.buf), self.spaced, status)
+            return _message_item(self.item_id, text, status)
+        return _call_item(self.item_id, ToolCall(self.call.id, self.call.name, text), self.spaced, status)
 
     def _close(self, status: str) -> list[bytes]:
         if self.kind is None:
             return []
-        ids, text = self._ids(), self.buf
+        ids, text = self._ids(), "".join(self.buf)
         if self.kind == "reasoning":
             out = [
                 self._event("response.reasoning_summary_text.done", **ids, summary_index=0, text=text),
@@ -526,7 +526,7 @@ class _ResponsesStream(StreamRenderer):
         else:
             out = [self._event("response.function_call_arguments.done", **ids, arguments=text)]
             self.closed_calls.add(self.call_index)  # type: ignore[arg-type]
-        item = self.output[self.index] = self._final_item(status)
+        item = self.output[self.index] = self._final_item(status, text)
         out.append(self._event("response.output_item.done", output_index=self.index, item=item))
         self.kind = self.call_index = None
         return out
@@ -544,7 +544,7 @@ class _ResponsesStream(StreamRenderer):
                 )
             )
             self._delta_event("response.reasoning_summary_text.delta", summary_index=0)
-        self.buf += text
+        self.buf.append(text)
         out.append(self._delta(text))
         return out
 
@@ -556,7 +556,7 @@ class _ResponsesStream(StreamRenderer):
             )
             out.append(self._event("response.content_part.added", **self._ids(), content_index=0, part=_text_part("")))
             self._delta_event("response.output_text.delta", content_index=0)
-        self.buf += text
+        self.buf.append(text)
         out.append(self._delta(text))
         return out
 
@@ -575,12 +575,12 @@ class _ResponsesStream(StreamRenderer):
             self.call, self.call_index = call, t.index
             self._delta_event("response.function_call_arguments.delta")
         if t.arguments:
-            self.buf += t.arguments
+            self.buf.append(t.arguments)
             out.append(self._delta(t.arguments))
         return out
 
     def delta(self, delta: Delta) -> list[bytes]:
-        out = self._start()
+        out = self._start() if not self.started else []
         if delta.reasoning:
             out += self._reasoning(delta.reasoning)
         if delta.text:
@@ -600,7 +600,7 @@ class _ResponsesStream(StreamRenderer):
     def error(self, err: PolarError) -> list[bytes]:
         out = self._start()
         if self.kind is not None:  # the open item is cut short: shown as it stood, never closed
-            self.output[self.index] = self._final_item("incomplete")
+            self.output[self.index] = self._final_item("incomplete", "".join(self.buf))
         response = self.frame.response("failed", self.output, error=_failure(err))
         out.append(self._event("response.failed", response=response))
         return out
