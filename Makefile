@@ -5,7 +5,7 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	.venv/bin/polar up
+	.venv/bin/polar learn
 
 test: setup
 	.venv/bin/python -m pytest -q

@@ -69,7 +69,7 @@ class LearnConfig(Strict):
 
 
 def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
-    console = console or Console(width=120)
+    console = console or Console(width=120, stderr=True)  # stdout is the summary's
     run_dir = Path(cfg.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
     policy_dir = run_dir / "policy"
     shutil.copytree(cfg.model, policy_dir)  # the weights vLLM serves and each step overwrites
@@ -215,6 +215,7 @@ def _steps(
         for step in range(cfg.steps):
             t0, since = time.monotonic(), time.time()
             tasks = _run_step(client, _tasks(cfg, step))
+            sampled = time.monotonic()
             batch, left_out = to_samples(tasks, vllm.model, nemo_rl)
             prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
             row = {
@@ -229,7 +230,7 @@ def _steps(
             }
             row |= policy.update(batch)
             _publish(client, vllm, policy, step + 1)
-            row["seconds"] = round(time.monotonic() - t0, 2)
+            row["sample_s"], row["seconds"] = round(sampled - t0, 2), round(time.monotonic() - t0, 2)
             history.append(row)
             progress.update(
                 bar, advance=1, description=f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"

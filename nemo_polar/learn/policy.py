@@ -47,11 +47,13 @@ def advantages(samples: list[Sample]) -> list[float]:
 class Policy:
     def __init__(self, path: Path, lr: float, clip: float = 0.2):
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging
 
         from ..local.tiny_model import never_sampled
 
+        logging.disable_progress_bar()  # a bar per save, every step, says nothing
         self.path = Path(path)
-        self.model = AutoModelForCausalLM.from_pretrained(self.path, torch_dtype=torch.float32)
+        self.model = AutoModelForCausalLM.from_pretrained(self.path, dtype=torch.float32)
         self.tokenizer = AutoTokenizer.from_pretrained(self.path)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.clip = clip
@@ -114,7 +116,7 @@ class Policy:
         for weight, keep in self._frozen:
             weight.grad[keep] = 0.0
         self.optimizer.step()
-        return {"updated": 1.0, "loss": float(loss)}
+        return {"updated": 1.0, "loss": float(loss.detach())}
 
     @torch.no_grad()
     def first_token_probability(self, prompts: list[list[int]], tokens: list[int]) -> float:
