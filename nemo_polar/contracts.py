@@ -19,7 +19,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import InitErrorDetails
 
 from .config import Strict
 from .plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
@@ -29,6 +30,18 @@ STORED = {"stored": True}  # validation context for specs read back from a store
 
 def _stored(info: ValidationInfo) -> bool:
     return bool(info.context and info.context.get("stored"))
+
+
+def _validated_by(model: type[BaseModel], data: Any, title: str, *loc: str) -> None:
+    """`data` checked by a plug-in's own model; its errors keep their paths (`harness.dialect`, ...)."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        details = [
+            InitErrorDetails(type=e["type"], loc=(*loc, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
+            for e in exc.errors()
+        ]
+        raise ValidationError.from_exception_data(title, details) from None
 
 
 class SessionState(StrEnum):
@@ -75,7 +88,7 @@ class HarnessSpec(BaseModel):
     @model_validator(mode="after")
     def _settings_fit(self, info: ValidationInfo) -> HarnessSpec:
         if not _stored(info):
-            HARNESSES[self.name].parse_settings(self.options)
+            _validated_by(HARNESSES[self.name].Settings, self.options, "HarnessSpec")
         return self
 
 
@@ -124,7 +137,7 @@ class EvaluatorSpec(Strict):
     @model_validator(mode="after")
     def _config_fits(self, info: ValidationInfo) -> EvaluatorSpec:
         if not _stored(info):
-            EVALUATORS[self.kind].parse_config(self.config)
+            _validated_by(EVALUATORS[self.kind].Config, self.config, "EvaluatorSpec", "config")
         return self
 
 

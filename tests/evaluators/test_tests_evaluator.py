@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from nemo_polar.contracts import EvaluatorSpec
 from nemo_polar.errors import ConfigError
@@ -111,12 +112,15 @@ def test_bad_inputs_name_the_key(task_copy, tmp_path):
         _evaluate(without, pristine, work, tmp_path)
     with pytest.raises(ConfigError, match="PASS_TO_PASS"):
         _evaluate(row | {"PASS_TO_PASS": "[not json"}, pristine, work, tmp_path)
-    with pytest.raises(ConfigError, match="unknown evaluator 'nope'"):
-        make_evaluator(EvaluatorSpec(kind="nope"))
-    with pytest.raises(ConfigError, match="timeout_s"):
-        make_evaluator(EvaluatorSpec(kind="tests", config={"timeout_s": -1}))
-    with pytest.raises(ConfigError, match="tmeout"):
-        make_evaluator(EvaluatorSpec(kind="tests", config={"tmeout": 1}))
+    for bad, key in (
+        ({"kind": "nope"}, "unknown evaluator 'nope'"),
+        ({"kind": "tests", "config": {"timeout_s": -1}}, "timeout_s"),
+        ({"kind": "tests", "config": {"tmeout": 1}}, "tmeout"),
+    ):
+        with pytest.raises(ValidationError, match=key):  # refused when the task is validated (submitted)
+            EvaluatorSpec.model_validate(bad)
+        with pytest.raises(ConfigError, match=key):  # and by the node that would run it
+            make_evaluator(EvaluatorSpec.model_construct(**({"config": {}} | bad)))
 
 
 def test_session_completed():
