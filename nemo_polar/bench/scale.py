@@ -99,6 +99,7 @@ class SimNode:
             t.cancel()
         if self.runner is not None:
             await self.runner.cleanup()
+            self.runner = None
 
 
 def _rss_mb(pid: int, field: str) -> float:
@@ -155,6 +156,8 @@ async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder:
                 await asyncio.sleep(0.2)
             listed = await api.tasks()
             rss_peak = _rss_mb(proc.pid, "VmHWM")
+            for sim in sims:  # their heartbeats use the client: stopped before it closes
+                await sim.stop()
         latencies = sorted((t - submitted[sid]) * 1000 for sid, t in stats["received"] if sid in submitted)
         completed = sum(t["counts"].get("completed", 0) for t in listed)
         cuts = quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
