@@ -214,6 +214,17 @@ class RolloutAPI:
             delay = min(delay * 2, self.poll_interval_s)
         raise ControlUnreachable(f"task {task_id}: no final session within {timeout_s:.0f}s (last: {last_error!r})")
 
+    async def pause(self, timeout_s: float = 300) -> dict[str, Any]:
+        """Weight update: every live node holds new model calls and new RUN starts; answers once drained."""
+        return await self.http.request(
+            "POST", f"/admin/inference/pause?timeout_seconds={timeout_s}", timeout_s=timeout_s + 30
+        )
+
+    async def resume(self, policy_version: str | None = None) -> dict[str, Any]:
+        """After a weight update; `policy_version` is recorded on every later call."""
+        query = f"?policy_version={quote(policy_version)}" if policy_version is not None else ""
+        return await self.http.request("POST", "/admin/inference/resume" + query)
+
     # --- what gateway nodes say
     async def register(self, registration: NodeRegistration) -> None:
         await self.http.request("POST", "/nodes", registration.model_dump(mode="json"))

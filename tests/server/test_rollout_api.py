@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from nemo_polar.server.client import RolloutAPI
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
 from nemo_polar.serving import ServerThread, free_port
 
@@ -382,6 +384,14 @@ def test_inference_pause_and_resume_reach_every_live_node(client):
                 "/admin/inference/pause",
                 "/admin/inference/resume",
             ]
+
+        async def through_the_client() -> tuple[dict, dict]:
+            async with RolloutAPI(client.base_url.__str__(), TOKEN) as api:
+                return await api.pause(5), await api.resume("7")
+
+        paused, resumed = asyncio.run(through_the_client())
+        assert paused["ok"] and resumed["ok"] and set(paused["nodes"]) == {"n0", "n1"}
+        assert [p for _, p in a.got if p.startswith("/admin")][-1] == "/admin/inference/resume"
     assert client.post("/admin/inference/reboot").status_code == 404
     assert httpx.post(client.base_url.join("/admin/inference/pause")).status_code == 401  # no token
 
