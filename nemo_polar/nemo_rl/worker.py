@@ -186,7 +186,11 @@ def main() -> int:
     if sys.argv[1] != "serve":
         json.dump(run(sys.argv[1], json.load(sys.stdin)), answer)
         return 0
-    # `serve`: one {"command", "payload"} per line in, one answer per line out, NeMo-RL imported once
+    # `serve`: one {"command", "payload"} per line in, one answer per line out, NeMo-RL imported once,
+    # at start, while the caller does something else
+    import nemo_rl.environments.nemo_gym  # noqa: F401
+    import nemo_rl.experience.rollouts  # noqa: F401
+
     for line in sys.stdin:
         request = json.loads(line)
         answer.write(json.dumps(run(request["command"], request["payload"])) + "\n")
