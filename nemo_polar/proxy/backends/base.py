@@ -109,6 +109,9 @@ class Backend:
         return StreamAssembler(self)
 
 
+_NO_DELTA: dict[str, Any] = {}
+
+
 class StreamAssembler:
     """Collects an upstream answer, chunk by chunk (or all at once), into one Completion. Text is
     kept as pieces and joined once: `+=` on a kept string copies it whole at every token."""
@@ -122,33 +125,34 @@ class StreamAssembler:
         self.reasoning: list[str] = []
         self.finish: str | None = None
         self.tokens_seen = False
+        self.identified = False  # id, model and prompt ids known
 
     def feed(self, chunk: dict[str, Any]) -> list[Delta]:
         """One parsed stream chunk -> the deltas to relay."""
         choices = chunk.get("choices")
-        if not choices and "error" in chunk:
-            raise InvalidUpstream(f"upstream stream error: {chunk['error']}")
         usage = chunk.get("usage")
         if usage:
             self.feed_usage(usage)
-        if not choices:
-            if self.c.prompt_token_ids == [] and chunk.get("prompt_token_ids"):
-                self.c.prompt_token_ids = list(chunk["prompt_token_ids"])
-            return []
-        choice = choices[0]
-        return self.feed_choice(chunk, choice, choice.get("delta") or {})
+        if choices:
+            choice = choices[0]
+            return self.feed_choice(chunk, choice, choice.get("delta") or _NO_DELTA)
+        if "error" in chunk:
+            raise InvalidUpstream(f"upstream stream error: {chunk['error']}")
+        if self.c.prompt_token_ids == [] and chunk.get("prompt_token_ids"):
+            self.c.prompt_token_ids = list(chunk["prompt_token_ids"])
+        return []
 
     def feed_choice(self, body: dict[str, Any], choice: dict[str, Any], msg: dict[str, Any]) -> list[Delta]:
         c = self.c
-        if not c.id:
-            c.id = body.get("id", "")
-        if not c.model:
-            c.model = body.get("model", "")
-        if c.policy_version is None and body.get("metadata"):  # SGLang: {"metadata": {"weight_version": ...}}
-            version = body["metadata"].get("weight_version")
+        if not self.identified:  # the answer's id, model and prompt come with its first chunk(s)
+            c.id = c.id or body.get("id", "")
+            c.model = c.model or body.get("model", "")
+            if not c.prompt_token_ids:
+                c.prompt_token_ids = list(self.backend.prompt_ids(body, choice) or [])
+            self.identified = bool(c.id and c.model and c.prompt_token_ids)
+        if c.policy_version is None and "metadata" in body:  # SGLang: {"metadata": {"weight_version": ...}}
+            version = (body["metadata"] or {}).get("weight_version")
             c.policy_version = None if version is None else str(version)
-        if not c.prompt_token_ids:
-            c.prompt_token_ids = list(self.backend.prompt_ids(body, choice) or [])
         tokens = self.backend.completion_tokens(choice)
         if tokens is not None:
             self.tokens_seen = True
@@ -157,12 +161,15 @@ class StreamAssembler:
         finish = choice.get("finish_reason")
         if finish:
             self.finish = finish
+        content = msg.get("content")
+        if len(msg) == 1 and content:  # most chunks: one token of text
+            self.text.append(content)
+            return [Delta(text=content)]
         deltas: list[Delta] = []
         reasoning = msg.get("reasoning_content") or msg.get("reasoning")
         if reasoning:
             self.reasoning.append(reasoning)
             deltas.append(Delta(reasoning=reasoning))
-        content = msg.get("content")
         if content:
             self.text.append(content)
             deltas.append(Delta(text=content))
