@@ -350,7 +350,7 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
     bproxy = bench.add_parser("proxy", help="the proxy against direct calls and a bare relay, fake upstream")
     bproxy.add_argument("--json", action="store_true", help="one JSON object on one line")
-    bproxy.add_argument("--requests", type=int, default=2000, help="throughput calls per arm (a quarter for latency)")
+    bproxy.add_argument("--requests", type=int, default=3200, help="throughput calls per arm (a quarter for latency)")
     bproxy.add_argument("--concurrency", type=int, default=256, help="calls in flight, throughput scenario")
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)

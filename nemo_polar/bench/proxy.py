@@ -185,12 +185,14 @@ async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, n: int
     return last - first, done[last] - done[first], cpu[-1] - cpu[0]
 
 
-async def throughput(arms: list[Arm], concurrency: int, n: int, rounds: int) -> dict[str, dict[str, float]]:
+async def throughput(arms: list[Arm], concurrency: int, n: int) -> dict[str, dict[str, float]]:
     """Requests per second per arm, and the CPU its hop spends per call (the figure least moved by
-    whatever else the machine runs); `n` calls each in `rounds` alternating rounds."""
+    whatever else the machine runs); `n` calls each, in alternating rounds as short as keep all calls
+    in flight for a third of each, so that the machine's drift hits every arm alike."""
+    rounds = n // (3 * concurrency)
+    if not rounds:
+        raise ValueError(f"{n} requests are too few to keep {concurrency} in flight")
     per_round = n // rounds
-    if per_round < 3 * concurrency:
-        raise ValueError(f"{n} requests in {rounds} rounds are too few to keep {concurrency} in flight")
     calls = {a.name: 0 for a in arms}
     seconds = {a.name: 0.0 for a in arms}
     cpu = {a.name: 0.0 for a in arms}
@@ -214,12 +216,11 @@ async def throughput(arms: list[Arm], concurrency: int, n: int, rounds: int) -> 
 
 
 def run(
-    requests: int = 2000,
+    requests: int = 3200,
     tokens: int = 16,
     token_delay_ms: float = 0.0,
     concurrency: int = 256,
     paced_concurrency: int = 64,
-    rounds: int = 2,
 ) -> dict[str, Any]:
     """Every scenario; `token_delay_ms` paces the paced upstream (0: 10 ms per token, a busy server)."""
     pacing = token_delay_ms or 10.0
@@ -237,7 +238,7 @@ def run(
         procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
         hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid)
         scenarios = asyncio.run(
-            _measure(url(fast), url(paced), *hops, tokens, requests, concurrency, paced_concurrency, rounds)
+            _measure(url(fast), url(paced), *hops, tokens, requests, concurrency, paced_concurrency)
         )
     finally:
         for p in procs:
@@ -255,7 +256,7 @@ def run(
 
 
 async def _measure(
-    fast: str, paced: str, bare: Hop, proxy: Hop, tokens: int, n: int, c: int, paced_c: int, rounds: int
+    fast: str, paced: str, bare: Hop, proxy: Hop, tokens: int, n: int, c: int, paced_c: int
 ) -> list[dict[str, Any]]:
     key = await _session(proxy.url, {})
     paced_key = await _session(proxy.url, {"upstream_url": paced})  # the same proxy, this session's server paced
@@ -264,7 +265,7 @@ async def _measure(
         each = arms(fast, bare, proxy, key, tokens, stream)
         lat = await latency(each, _latency_calls(n))
         scenarios.append({"kind": "latency", "stream": stream, "concurrency": 1} | lat)
-        thr = await throughput(each, c, n, rounds)
+        thr = await throughput(each, c, n)
         rps, cpu = thr["rps"], thr["cpu_ms_per_call"]
         scenarios.append(
             {
@@ -281,7 +282,7 @@ async def _measure(
             }
         )
         paced_arms = arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",))
-        rps = (await throughput(paced_arms, paced_c, n, 1))["rps"]
+        rps = (await throughput(paced_arms, paced_c, n))["rps"]
         ratio = round(rps["openai_chat"] / rps["direct"], 3)
         scenarios.append(
             {"kind": "paced", "stream": stream, "concurrency": paced_c, "rps": rps, "throughput_ratio": ratio}
