@@ -15,14 +15,16 @@ This is the one-machine reference loop. Training at scale is NeMo-RL's (README: 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import re
 import shutil
 import time
 from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-import httpx
 from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -32,6 +34,7 @@ from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, T
 from ..local.vllm_server import ROOT, TINY_MODEL, VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
+from ..server.client import RolloutAPI
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
 from .data import samples as to_samples
@@ -84,7 +87,7 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
             vllm.start()
         try:
             with _system(cfg, vllm, run_dir) as (rollout_url, proxy):
-                summary = _steps(cfg, run_dir, vllm, rollout_url, proxy, nemo_rl, console)
+                summary = asyncio.run(_steps(cfg, run_dir, vllm, rollout_url, proxy, nemo_rl, console))
         finally:
             vllm.stop()
     summary["seconds"] = round(time.monotonic() - started, 1)
@@ -177,72 +180,78 @@ def _tasks(cfg: LearnConfig, step: int) -> list[TaskSpec]:
     ]
 
 
-def _run_step(client: httpx.Client, specs: list[TaskSpec]) -> list[tuple[str, dict]]:
+async def _run_step(api: RolloutAPI, specs: list[TaskSpec]) -> list[tuple[str, dict]]:
     for spec in specs:
-        client.post("/tasks", json=spec.model_dump(mode="json")).raise_for_status()
+        await api.submit(spec)
     while True:
-        tasks = [client.get(f"/tasks/{s.task_id}").json() for s in specs]
+        tasks = [await api.task(s.task_id) for s in specs]
         if all(t["status"] != "running" for t in tasks):
             return [(s.instruction, t) for s, t in zip(specs, tasks, strict=True)]
-        time.sleep(0.2)
+        await asyncio.sleep(0.2)
 
 
-def _publish(client: httpx.Client, vllm: VLLMServer, policy: Policy, version: int) -> None:
+async def _publish(api: RolloutAPI, vllm: VLLMServer, policy: Policy, version: int) -> None:
     """The new weights, served through the product: pause every node (drained), reload in place (or
     restart vLLM), resume with the new policy version."""
     policy.save()
-    client.post("/admin/inference/pause", params={"timeout_seconds": 60}).raise_for_status()
+    await api.pause(timeout_s=60)
     if not vllm.reload_weights():
         vllm.stop()
         vllm.start()
-    client.post("/admin/inference/resume", params={"policy_version": str(version)}).raise_for_status()
+    await api.resume(policy_version=str(version))
 
 
-def _digit_tokens(policy: Policy, pattern: str) -> list[int]:
-    import re
-
+@functools.cache
+def _pattern_tokens(policy: Policy, pattern: str) -> list[int]:
+    """The vocabulary's tokens that alone match the reward's pattern."""
     return [i for i in range(len(policy.tokenizer)) if re.search(pattern, policy.tokenizer.decode([i]))]
 
 
-def _steps(
+async def _steps(
     cfg: LearnConfig, run_dir: Path, vllm: VLLMServer, rollout_url: str, proxy: Proxy, nemo_rl, console: Console
 ) -> dict[str, Any]:
     policy = Policy(vllm.model, cfg.lr)
-    rewarded = _digit_tokens(policy, cfg.pattern)
     history: list[dict[str, Any]] = []
     columns = (TextColumn("step {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"))
-    with (
-        httpx.Client(base_url=rollout_url, timeout=120) as client,
-        Progress(*columns, TimeElapsedColumn(), console=console) as progress,
-    ):
-        bar = progress.add_task("reward -", total=cfg.steps)
-        for step in range(cfg.steps):
-            t0, since = time.monotonic(), time.time()
-            tasks = _run_step(client, _tasks(cfg, step))
-            sampled = time.monotonic()
-            batch, left_out = to_samples(tasks, vllm.model, nemo_rl)
-            prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
-            row = {
-                "step": step,
-                "reward": round(fmean(s.reward for s in batch), 4) if batch else None,
-                "first_token_in_pattern": round(policy.first_token_probability(prompts, rewarded), 4),
-                "answer_tokens": round(fmean(sum(s.mask) for s in batch), 2) if batch else None,
-                "logprob_err": policy.logprob_error(batch),
-                "samples": len(batch),
-                "left_out": len(left_out),
-                "policy_versions": sorted(map(str, _versions(proxy, since))),
-            }
-            row |= policy.update(batch)
-            _publish(client, vllm, policy, step + 1)
-            row["sample_s"], row["seconds"] = round(sampled - t0, 2), round(time.monotonic() - t0, 2)
-            history.append(row)
-            progress.update(
-                bar, advance=1, description=f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
-            )
-            recent = history[-cfg.solved_after :] if cfg.solved_after else []
-            if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
-                break  # nothing left to learn: in every group all samples agree
+    async with RolloutAPI(rollout_url) as api:
+        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
+            bar = progress.add_task("reward -", total=cfg.steps)
+            for step in range(cfg.steps):
+                row = await _step(cfg, step, api, vllm, proxy, policy, nemo_rl)
+                history.append(row)
+                status = f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
+                progress.update(bar, advance=1, description=status)
+                recent = history[-cfg.solved_after :] if cfg.solved_after else []
+                if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
+                    break  # nothing left to learn: in every group all samples agree
     return _summary(history, nemo_rl is not None)
+
+
+async def _step(
+    cfg: LearnConfig, step: int, api: RolloutAPI, vllm: VLLMServer, proxy: Proxy, policy: Policy, nemo_rl
+) -> dict[str, Any]:
+    """Sample, judge, check, update, publish; what it measured."""
+    t0, since = time.monotonic(), time.time()
+    tasks = await _run_step(api, _tasks(cfg, step))
+    sampled = time.monotonic()
+    batch, left_out = to_samples(tasks, vllm.model, nemo_rl)
+    prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
+    row = {
+        "step": step,
+        "reward": round(fmean(s.reward for s in batch), 4) if batch else None,
+        "first_token_in_pattern": round(
+            policy.first_token_probability(prompts, _pattern_tokens(policy, cfg.pattern)), 4
+        ),
+        "answer_tokens": round(fmean(sum(s.mask) for s in batch), 2) if batch else None,
+        "logprob_err": policy.logprob_error(batch),
+        "samples": len(batch),
+        "left_out": len(left_out),
+        "policy_versions": sorted(map(str, _versions(proxy, since))),
+    }
+    row |= policy.update(batch)
+    await _publish(api, vllm, policy, step + 1)
+    row["sample_s"], row["seconds"] = round(sampled - t0, 2), round(time.monotonic() - t0, 2)
+    return row
 
 
 def _versions(proxy: Proxy, since: float) -> set[str | None]:
