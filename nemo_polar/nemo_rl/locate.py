@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PolarError
 from ..local.vllm_server import DEPS
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -30,7 +30,7 @@ class NemoRLNotFound(ConfigError):
     """No NeMo-RL checkout, or no Python to run it with."""
 
 
-class NemoRLFailed(RuntimeError):
+class NemoRLFailed(PolarError, RuntimeError):
     """NeMo-RL's code could not run (not: it judged something wrong, which is an answer)."""
 
 

@@ -77,3 +77,38 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
         ]  # sandboxes recycled
         assert not any((tmp_path / "node" / "outbox").iterdir())  # every result acknowledged
         proxy.store.close()
+
+
+def test_heartbeats_outlive_an_unexpected_failure(fake_upstream, tmp_path, monkeypatch):
+    """Anything the heartbeat raises (not only the rollout server being away) is logged and tried again:
+    a node whose heartbeats stop is declared lost, and its sessions with it."""
+    with RolloutThread(RolloutConfig(port=0, store={"path": str(tmp_path / "rollout.sqlite")})) as rollout:
+        port = free_port()
+        proxy = Proxy(ProxyConfig.model_validate({"port": port, "store": {"path": str(tmp_path / "r.sqlite")}}))
+        node = GatewayNode(
+            NodeConfig(
+                node_id="n1",
+                rollout_url=rollout.url,
+                public_url=f"http://127.0.0.1:{port}",
+                root=str(tmp_path / "node"),
+                heartbeat_s=0.2,
+            ),
+            proxy,
+        )
+        failures = []
+        metrics = node.pipeline.metrics
+
+        def flaky():
+            if len(failures) < 3:
+                failures.append(1)
+                raise ValueError("a bug in a metric")
+            return metrics()
+
+        monkeypatch.setattr(node.pipeline, "metrics", flaky)
+        with NodeThread(node, "127.0.0.1", port):
+            deadline, seen = time.monotonic() + 20, []
+            while time.monotonic() < deadline and len(set(seen)) < 3:
+                seen += [n["last_heartbeat"] for n in httpx.get(rollout.url + "/nodes").json()["nodes"]]
+                time.sleep(0.2)
+        proxy.store.close()
+    assert len(failures) == 3 and len(set(seen)) >= 3  # it failed three times and kept beating after

@@ -184,6 +184,8 @@ class GatewayNode:
                 log.warning("rollout server refused: %s", exc)
             except ControlError as exc:
                 log.warning("rollout server unreachable: %s", exc)
+            except Exception:  # noqa: BLE001 - a node whose heartbeats stop is a lost node: never let them
+                log.exception("heartbeat failed; trying again in %.1fs", self.config.heartbeat_s)
             await asyncio.sleep(self.config.heartbeat_s)
 
     def _report(self, session_id: str, state: SessionState, cause: str | None) -> None:
