@@ -145,6 +145,35 @@ def _bench_scale(args: argparse.Namespace) -> int:
     return 0 if result["lost"] == 0 and result["dispatched_twice"] == 0 else 1
 
 
+def _view(args: argparse.Namespace) -> int:
+    from .view import tokens
+    from .view.app import serve
+    from .view.sources import open_source
+
+    given = [x for x in (args.run_dir, args.store, args.rollout) if x]
+    if len(given) != 1:
+        raise ConfigError("polar view: give one of RUN_DIR, --store FILE or --rollout URL")
+    if args.tokenizer:
+        tokens.find(args.tokenizer, [])  # a wrong folder fails now, not on the first trace
+    if args.rollout:
+        from .view.remote import RolloutSource
+
+        token = args.token or os.environ.get("POLAR_CONTROL_TOKEN")
+        source = RolloutSource(args.rollout, node_token=token, control_token=token)
+    else:
+        source = open_source(run_dir=args.run_dir, store=args.store)
+    serve(source, args.host, args.port, args.tokenizer)
+    return 0
+
+
+def _bench_view(args: argparse.Namespace) -> int:
+    from .bench.view import run
+
+    result = run(calls=args.calls, trace_tokens=args.trace_tokens, repeats=args.repeats, keep=args.keep)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if not result["console_errors"] else 1
+
+
 def _traces(args: argparse.Namespace) -> int:
     from .store import SqliteStore
     from .traces import build
@@ -266,6 +295,16 @@ def parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)
 
+    view = sub.add_parser("view", help="a web page of tasks, sessions, calls, chain trees and traces")
+    view.add_argument("run_dir", nargs="?", help="a run folder (runs/up/<time>, runs/learn/<time>)")
+    view.add_argument("--store", help="a store file: a rollout store, or a record store alone")
+    view.add_argument("--rollout", help="a running rollout server's URL: followed live")
+    view.add_argument("--token", help="--rollout: the nodes' control token (default: $POLAR_CONTROL_TOKEN)")
+    view.add_argument("--tokenizer", help="a model folder with tokenizer.json, to show text (default: found)")
+    view.add_argument("--host", default="127.0.0.1", help="where to listen (it shows everything the run recorded)")
+    view.add_argument("--port", type=int, default=8787)
+    view.set_defaults(func=_view)
+
     proxy = sub.add_parser("proxy", help="run the token-faithful proxy alone (capture only)")
     proxy.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. upstream.url=http://h:8000 port=8800")
     proxy.set_defaults(func=_proxy)
@@ -373,6 +412,13 @@ def parser() -> argparse.ArgumentParser:
     bscale.add_argument("--group", type=int, default=8, help="samples per task (a GRPO group)")
     bscale.add_argument("--duration", type=float, default=40.0, help="seconds each simulated session runs")
     bscale.set_defaults(func=_bench_scale)
+    bview = bench.add_parser("view", help="polar view in headless chromium: a big run's list and a long trace")
+    bview.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bview.add_argument("--calls", type=int, default=10_000, help="calls in the run's record store")
+    bview.add_argument("--trace-tokens", type=int, default=100_000, help="tokens of the long session's trace")
+    bview.add_argument("--repeats", type=int, default=3, help="fresh page loads per measure (the median)")
+    bview.add_argument("--keep", default=None, help="write the run folder here and keep it (polar view it)")
+    bview.set_defaults(func=_bench_view)
     return p
 
 

@@ -94,10 +94,13 @@ setup_mini() {
 }
 
 setup_system() {
-  command -v bwrap >/dev/null && return
-  log "bubblewrap (apt)"
-  if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null
-  else log "bubblewrap missing and not root: sandboxes fall back to plain processes"; fi
+  local missing=()
+  command -v bwrap >/dev/null || missing+=(bubblewrap)
+  command -v chromium >/dev/null || missing+=(chromium)   # polar view's tests drive it headless (playwright)
+  [[ ${#missing[@]} -gt 0 ]] || return 0
+  log "${missing[*]} (apt)"
+  if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+  else log "${missing[*]} missing and not root: sandboxes fall back to plain processes, polar view's browser tests skip"; fi
 }
 
 # The OpenHands SDK (agent + terminal tool, local workspace, no docker) needs Python >= 3.12.
