@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from . import logs
 from .errors import ConfigError
 
 
@@ -424,6 +425,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    logs.install()  # no caller writes megabytes into a log line
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # finally-blocks run: stores flush, groups stop
     try:
         return args.func(args)

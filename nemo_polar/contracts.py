@@ -142,7 +142,11 @@ class EvaluatorSpec(Strict):
 
 
 class TaskSpec(Strict):
-    task_id: str | None = Field(None, description="given or minted; submitting an id twice is a conflict")
+    task_id: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$",
+        description="given or minted; submitting an id twice is a conflict; letters, digits and ._:@+- (it is a path)",
+    )
     instruction: str = Field(min_length=1)
     fields: dict[str, Any] = Field(default_factory=dict, description="the dataset row")
     harness: HarnessSpec

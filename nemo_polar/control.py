@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .errors import PolarError, RequestInvalid, Unauthorized, problems
+from .errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, problems
 from .serving import json_response
 
 TOKEN_HEADER = "x-polar-control-token"
@@ -63,15 +63,55 @@ def parse(model: type[M], data: Any) -> M:
         raise RequestInvalid(f"invalid {model.__name__}: " + "; ".join(problems(exc, whole="(body)"))) from None
 
 
-async def read_json(request: Request) -> Any:
-    """The body as JSON; an empty body is `{}` (e.g. a heartbeat with nothing to say)."""
-    raw = await request.body()
+MAX_BODY_BYTES = 16 * 2**20  # a task or a result, with its dataset row: megabytes at most
+MAX_DEPTH = 64  # dataset rows and results nest a few levels; nothing stored needs more
+
+
+async def read_json(request: Request, max_bytes: int = MAX_BODY_BYTES, max_depth: int = MAX_DEPTH) -> Any:
+    """The body as JSON; an empty body is `{}` (e.g. a heartbeat with nothing to say). Over `max_bytes`
+    (413) or nested deeper than `max_depth` (400) it is refused before anything looks at it."""
+    size, chunks = 0, []
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise BodyTooLarge(f"the body is over the {max_bytes}-byte limit")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw.strip():
         return {}
     try:
-        return orjson.loads(raw)
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise RequestInvalid(f"the body is not JSON: {exc}") from None
+    if json_depth(data, max_depth) > max_depth:
+        raise RequestInvalid(f"the body nests deeper than {max_depth} levels")
+    return data
+
+
+def json_depth(value: Any, stop: int | None = None) -> int:
+    """How deep `value` nests (a scalar is 0), without recursion; counting stops past `stop`."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        node, depth = todo.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if stop is not None and deepest > stop:
+            break
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def query_float(request: Request, name: str, default: float) -> float:
+    """A query parameter as a number, or a 400 naming it."""
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise RequestInvalid(f"{name}: a number, got {text!r}") from None
 
 
 class Guarded(Protocol):
@@ -117,7 +157,9 @@ __all__ = [
     "error_body",
     "error_response",
     "http_error",
+    "json_depth",
     "parse",
+    "query_float",
     "read_json",
     "require_token",
     "route",

@@ -8,6 +8,7 @@
     │   └── Conflict            a duplicate id, or a change the state machine refuses (409)
     │       └── IllegalMove     a session moved backwards, out of a final state, or by a node not holding it
     ├── Unauthorized            unknown, missing or closed session key; missing or wrong control token (401)
+    ├── Forbidden               not allowed by this server: e.g. an unsandboxed task (403)
     ├── UpstreamError           the inference server failed (status kept; 502 when it had none)
     │   ├── UpstreamTimeout     no answer in time (504)
     │   ├── UpstreamUnreachable connection refused or reset (502)
@@ -91,6 +92,13 @@ class IllegalMove(Conflict):
 class Unauthorized(PolarError):
     status_code = 401
     kind = "unauthorized"
+
+
+class Forbidden(PolarError):
+    """The caller may use the route, but this server's configuration does not allow what it asked."""
+
+    status_code = 403
+    kind = "forbidden"
 
 
 class UpstreamError(PolarError):

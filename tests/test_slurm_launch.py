@@ -12,6 +12,7 @@ import pytest
 
 from nemo_polar.cluster.topology import LaunchConfig, TopologyConfig, plan, sidecar_commands, split_overrides
 from nemo_polar.config import load
+from nemo_polar.errors import ConfigError
 from nemo_polar.server.gateway.node import GatewayConfig
 from nemo_polar.server.rollout import RolloutConfig
 
@@ -60,12 +61,16 @@ def test_the_sidecar_command_loads_back_as_the_launch_config():
     assert again.topology == cfg.topology
 
 
-def test_each_node_runs_configs_our_servers_accept():
+def test_each_node_runs_configs_our_servers_accept(monkeypatch):
+    monkeypatch.setenv("POLAR_CONTROL_TOKEN", "minted-by-the-launch")  # listening beyond loopback needs it
     cfg = load(LaunchConfig, "launch", [])
     first = dict(sidecar_commands(cfg, "gpu-a", "gpu-a"))
     other = dict(sidecar_commands(cfg, "gpu-b.cluster.local", "gpu-a"))
     assert list(first) == ["rollout", "gateway"] and list(other) == ["gateway"]
     assert load(RolloutConfig, "rollout", first["rollout"][2:]).public_url == "http://gpu-a:6001"
+    monkeypatch.delenv("POLAR_CONTROL_TOKEN")
+    with pytest.raises(ConfigError, match="control_token"):  # a rollout server open to the cluster is refused
+        load(RolloutConfig, "rollout", first["rollout"][2:])
     g = load(GatewayConfig, "gateway", other["gateway"][2:])
     assert g.node.rollout_url == "http://gpu-a:6001" and g.proxy.port == 6000 and g.proxy.upstream.engine == "nemo_rl"
     assert g.proxy.upstream.sampling == {"temperature": 1.0, "top_p": 1.0} and g.node.capacity.run == 32

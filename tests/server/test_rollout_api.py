@@ -460,3 +460,42 @@ def test_every_error_has_the_one_control_body(srv, client):
 def test_session_ids_cannot_be_mistaken_for_keys(client):
     ids = submit(client, task_id="ids", num_samples=2)["session_ids"]
     assert all(i.startswith("session-") and "sk-" not in i for i in ids) and len(set(ids)) == 2
+
+
+def test_hostile_input_gets_a_4xx_naming_it(tmp_path):
+    """A 20 MB instruction, fields nested 300 deep, a task id that is a path, a timeout that is no
+    number: each is refused with a 4xx in the one control body, and the server goes on serving."""
+    with (
+        make(tmp_path, limits={"max_body_bytes": 2**20, "max_depth": 64}) as srv,
+        httpx.Client(base_url=srv.url, headers=H, timeout=30) as c,
+    ):
+        big = c.post("/tasks", json=TASK | {"instruction": "x" * (20 * 2**20)})
+        assert big.status_code == 413 and "limit" in big.json()["error"]["message"]
+        deep: object = 1
+        for _ in range(300):
+            deep = [deep]
+        nested = c.post("/tasks", json=TASK | {"fields": {"a": deep}})
+        assert nested.status_code == 400 and "deeper than 64" in nested.json()["error"]["message"]
+        slash = c.post("/tasks", json=TASK | {"task_id": "a/b"})
+        assert slash.status_code == 400 and "task_id" in slash.json()["error"]["message"]
+        bad = c.post("/admin/inference/pause", params={"timeout_seconds": "abc"})
+        assert bad.status_code == 400 and "timeout_seconds" in bad.json()["error"]["message"]
+        assert c.get("/health").status_code == 200 and submit(c, task_id="still-fine")["task_id"] == "still-fine"
+
+
+def test_unsandboxed_tasks_only_where_the_server_allows_them(tmp_path):
+    for runtime in ({"sandbox": False}, {"network": "host"}):
+        with make(tmp_path / "strict") as strict, httpx.Client(base_url=strict.url, headers=H) as c:
+            refused = c.post("/tasks", json=TASK | {"runtime": runtime})
+            assert refused.status_code == 403 and "allow_unsandboxed" in refused.json()["error"]["message"]
+        with (
+            make(tmp_path / "open", allow_unsandboxed=True) as open_,
+            httpx.Client(base_url=open_.url, headers=H) as c,
+        ):
+            assert c.post("/tasks", json=TASK | {"runtime": runtime}).status_code == 201
+
+
+def test_no_listening_beyond_loopback_without_a_token():
+    with pytest.raises(ValueError, match="control_token"):
+        RolloutConfig(host="0.0.0.0")
+    assert RolloutConfig(host="0.0.0.0", control_token="t").host == "0.0.0.0"

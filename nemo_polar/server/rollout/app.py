@@ -20,7 +20,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ...contracts import NodeRegistration, SessionResult, TaskSpec
-from ...control import error_response, http_error, parse, read_json, route
+from ...control import error_response, http_error, parse, query_float, read_json, route
 from ...errors import ControlError, NotFound
 from ...serving import ServerThread, free_port, json_response, run
 from .service import Heartbeat, RolloutConfig, RolloutService, StateReport
@@ -73,7 +73,9 @@ class RolloutServer:
 
     @route(guarded=True)
     async def submit(self, request: Request) -> Response:
-        task, sessions = await self.service.submit(parse(TaskSpec, await read_json(request)))
+        limits = self.config.limits
+        spec = parse(TaskSpec, await read_json(request, limits.max_body_bytes, limits.max_depth))
+        task, sessions = await self.service.submit(spec)
         return json_response({"task_id": task.id, "status": task.status, "session_ids": [s.id for s in sessions]}, 201)
 
     @route(guarded=False)
@@ -130,7 +132,7 @@ class RolloutServer:
         action = request.path_params["action"]
         if action not in ("pause", "resume"):
             raise NotFound(f"unknown action {action!r}: pause or resume")
-        timeout = float(request.query_params.get("timeout_seconds", 300))
+        timeout = query_float(request, "timeout_seconds", 300)
         ok, by_node = await self.service.inference(action, timeout, request.query_params.get("policy_version"))
         if not ok:
             failed = sorted(n for n, a in by_node.items() if not (a.get("status") or 500) < 300)

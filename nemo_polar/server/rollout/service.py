@@ -29,11 +29,11 @@ from contextlib import suppress
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ...config import Strict
 from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
-from ...errors import IllegalMove, NotFound
+from ...errors import Forbidden, IllegalMove, NotFound
 from ..client import NodeAPI, NodeTarget
 from . import scheduler
 from .dispatcher import Dispatch, dispatch_loop
@@ -47,6 +47,16 @@ R = TypeVar("R")
 
 class RolloutStoreConfig(Strict):
     path: str = "runs/rollout/rollout.sqlite"
+
+
+class ControlLimits(Strict):
+    """What one request to the rollout server may carry."""
+
+    max_body_bytes: int = Field(16 * 2**20, gt=0)
+    max_depth: int = Field(64, gt=0, description="how deep the JSON of a task may nest")
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class RolloutConfig(Strict):
@@ -65,7 +75,20 @@ class RolloutConfig(Strict):
         " fails them later if the node is really gone. Off: every in-flight session ends in error",
     )
     dispatch: bool = Field(True, description="send waiting sessions to registered gateway nodes")
+    allow_unsandboxed: bool = Field(
+        False, description="accept tasks that run outside a sandbox (runtime.sandbox false) or with network: host"
+    )
+    limits: ControlLimits = ControlLimits()
     store: RolloutStoreConfig = RolloutStoreConfig()
+
+    @model_validator(mode="after")
+    def _no_open_listening(self) -> RolloutConfig:
+        if self.control_token is None and self.host not in LOOPBACK:
+            raise ValueError(
+                f"host={self.host}: listening beyond loopback needs a control_token (or POLAR_CONTROL_TOKEN): "
+                "anyone who reaches the port could submit tasks"
+            )
+        return self
 
 
 class StateReport(BaseModel):
@@ -222,6 +245,11 @@ class RolloutService:
 
     # --- domain steps (worker threads; the dispatcher and the reaper call them too) -----------
     def _submit(self, spec: TaskSpec) -> tuple[TaskRow, list[SessionRow]]:
+        if not self.config.allow_unsandboxed and (not spec.runtime.sandbox or spec.runtime.network == "host"):
+            raise Forbidden(
+                "runtime.sandbox false and runtime.network host are refused by this rollout server "
+                "(set allow_unsandboxed: true in its configuration to allow them)"
+            )
         task, sessions = self.store.submit(spec)
         self._emit("task", task_id=task.id, status=task.status)
         return task, sessions
