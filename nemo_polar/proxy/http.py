@@ -189,10 +189,10 @@ class Response:
             conn.close()
 
     # from the connection's parser
-    def _data(self, data: bytes) -> None:
-        self.pieces.append(data)
-        self.buffered += len(data)
-        if self.buffered > _HIGH_WATER:
+    def _arrived(self, size: int) -> None:
+        """After each read (whose body pieces the parser has appended: one per HTTP chunk)."""
+        self.buffered += size
+        if self.buffered > _HIGH_WATER and not self.released:
             self.conn.transport.pause_reading()  # type: ignore[union-attr]
         self._wake()
 
@@ -246,6 +246,8 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             response._fail(BrokenOff(f"the server's answer is not HTTP: {exc}"))
             self.close()
+            return
+        response._arrived(len(data))  # one wake-up per read, however many chunks it held
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -258,7 +260,7 @@ class _Connection(asyncio.Protocol):
         response._wake()  # type: ignore[union-attr]
 
     def on_body(self, body: bytes) -> None:
-        self.response._data(body)  # type: ignore[union-attr]
+        self.response.pieces.append(body)  # type: ignore[union-attr]
 
     def on_message_complete(self) -> None:
         self.response._complete(self.parser.should_keep_alive())  # type: ignore[union-attr]
