@@ -110,3 +110,29 @@ def total(rollups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             sums[k] += r.get(k) or 0
     sums["model_s"], sums["tools_s"] = round(sums["model_s"], 3), round(sums["tools_s"], 3)
     return sums | {"sessions": n}
+
+
+COLUMNS = ("calls", "prompt tok", "sampled tok", "trained tok", "model s", "tools s", "harness s", "INIT s", "RUN s")
+
+
+def kept(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The rollup a session result carries; for a result from before rollups, what its build stats say
+    (calls and trained tokens)."""
+    result = result or {}
+    if result.get("rollup"):
+        return dict(result["rollup"])
+    stats = result.get("stats") or {}
+    if stats.get("records") is None:
+        return None
+    return {"calls": stats["records"], "trained_tokens": stats.get("trained_tokens", 0)}
+
+
+def cells(result: Mapping[str, Any] | None) -> list[str]:
+    """A session result's rollup as `polar status` prints it, one string per `COLUMNS` ("-" where unknown)."""
+    result = result or {}
+    shown = view(kept(result), result.get("timing"))
+    keys = ("calls", "prompt_tokens", "completion_tokens", "trained_tokens")
+    counts = ["-" if shown.get(k) is None else f"{shown[k]:,}" for k in keys]
+    times = [shown.get("model_s"), shown.get("tools_s"), shown.get("harness_s")]
+    times += [shown["stages"]["init_s"], shown["stages"]["run_s"]] if result.get("timing") else [None, None]
+    return counts + ["-" if t is None else f"{t:.2f}" for t in times]

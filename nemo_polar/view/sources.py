@@ -26,7 +26,7 @@ import orjson
 from ..contracts import TaskSpec
 from ..errors import NotFound
 from ..records import CompletionRecord
-from ..rollup import rollup_rows, view
+from ..rollup import kept, rollup_rows, view
 
 
 class Source(Protocol):
@@ -66,9 +66,9 @@ def session_row(task: dict[str, Any], s: dict[str, Any], cached: dict[str, Any] 
     its result, else `cached` (computed here from its records) with the build's trained-token count."""
     result = s.get("result") or {}
     stats = result.get("stats") or {}
-    kept = result.get("rollup") or (cached and cached | {"trained_tokens": stats.get("trained_tokens")})
-    if not kept and stats.get("records") is not None:  # results from before rollups, records not read yet
-        kept = {"calls": stats["records"], "trained_tokens": stats.get("trained_tokens", 0)}
+    # kept with the result; else computed here from the records; else what the build stats say
+    shown = result.get("rollup") or (cached and cached | {"trained_tokens": stats.get("trained_tokens")})
+    shown = shown or kept(result)
     return {
         "session_id": s["session_id"],
         "task_id": s["task_id"],
@@ -84,7 +84,7 @@ def session_row(task: dict[str, Any], s: dict[str, Any], cached: dict[str, Any] 
         "error": result.get("error"),
         "proxy_session_id": result.get("proxy_session_id"),
         "traces": stats.get("traces"),
-        "rollup": view(kept, result.get("timing")) if (kept or result) else None,
+        "rollup": view(shown, result.get("timing")) if (shown or result) else None,
         "final": bool(result.get("status")),
     }
 

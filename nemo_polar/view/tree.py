@@ -26,9 +26,11 @@ def chain_tree(records: list[CompletionRecord], built: BuildResult) -> dict[str,
     parent: dict[str, str | None] = {}
     leaf_of: dict[str, int] = {}
     trained_in: dict[str, int] = {}
+    shared: dict[str, int] = {}  # how many traces hold the call (more than one: above a fork)
     for index, trace in enumerate(built.traces):
         for before, rid in zip([None, *trace.record_ids], trace.record_ids, strict=False):
             parent.setdefault(rid, before)
+            shared[rid] = shared.get(rid, 0) + 1
         if trace.record_ids:
             leaf_of[trace.record_ids[-1]] = index
         for seg in trace.segments:
@@ -42,6 +44,7 @@ def chain_tree(records: list[CompletionRecord], built: BuildResult) -> dict[str,
     order = sorted(parent, key=lambda rid: (by_id[rid].seq, by_id[rid].started_at, rid))
     nodes = [
         _node(by_id[rid], parent[rid], children[rid], events.get(rid), leaf_of.get(rid), trained_in.get(rid), by_id)
+        | {"in_traces": shared[rid]}
         for rid in order
     ]
     outside = [

@@ -13,30 +13,28 @@ const ROLE = {
   continues: ["", ""],
 };
 
-function driftLabel(n) {
+function driftLabel(n, role) {
   const d = n.drift;
   if (!d) return "";
   const where = `from #${d.from_seq ?? "?"}, first differs at token ${num(d.position)}`;
   const what = d.repaired ? `repaired: ${d.cause}` : `drift: ${d.cause}`;
   const detail = d.detail ? ` — ${d.detail}` : "";
-  return `<span class="drift ${d.repaired ? "fixed" : "broke"}" title="${esc(where + detail)}">${esc(what)}</span>
-    <span class="muted small">${esc(where)}</span>`;
+  const badge = d.cause === role ? "" : `<span class="drift ${d.repaired ? "fixed" : "broke"}" title="${esc(where + detail)}">${esc(what)}</span>`;
+  return `${badge}<span class="note" title="${esc(detail)}">${esc(where)}</span>`;
 }
 
 function line(sid, n, byId) {
-  const [role, cls] = ROLE[n.role] || [n.role, "role-new"];
+  const [role, cls] = n.parent === null ? ROLE[n.role] || [n.role, "role-new"] : ["", ""]; // a chain's start only
   const fork = n.children.length > 1 ? `<span class="fork">fork ×${n.children.length}</span>` : "";
   const leaf =
     n.trace !== null && n.trace !== undefined
       ? `<a class="to-trace" href="#/s/${encodeURIComponent(sid)}/t/${n.trace}">→ trace ${n.trace}</a>`
       : "";
-  const trained =
-    n.trained_in !== null && n.trained_in !== undefined && n.trained_in !== n.trace && n.children.length
-      ? `<span class="muted small">trained in trace ${n.trained_in}</span>`
-      : "";
+  // a call above a fork is in several traces and trained in one of them
+  const trained = n.in_traces > 1 ? `<span class="note">in ${n.in_traces} traces, trained in trace ${n.trained_in}</span>` : "";
   return `<span class="node" data-call="${esc(n.id)}" title="call ${esc(n.id)}"><b>#${n.seq}</b>
     <span class="muted">${esc(n.dialect)} · ${num(n.prompt_tokens)} → ${num(n.completion_tokens)} tok</span></span>
-    ${role ? `<span class="role ${cls}">${esc(role)}</span>` : ""}${driftLabel(n)}${fork}${leaf}${trained}`;
+    ${role ? `<span class="role ${cls}">${esc(role)}</span>` : ""}${driftLabel(n, role)}${fork}${leaf}${trained}`;
 }
 
 function branch(sid, id, byId) {
