@@ -26,6 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 from ..chat import ChatRequest, Completion, Delta, ToolCallDelta
 from ..config import ProxyConfig
 from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute, problems
+from ..metrics import ProxyMetrics, scrape
 from ..records import CompletionRecord, Session, UpstreamInfo
 from ..serving import json_response
 from ..store import SqliteStore
@@ -96,6 +97,7 @@ class Call:
     target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
     upstream_body: dict[str, Any] | None = None
     first_token_at: float | None = None
+    upstream_s: float | None = None  # the inference server's own time, for a call answered whole
 
 
 class Proxy:
@@ -107,6 +109,7 @@ class Proxy:
         self.backend = BACKENDS[up.engine](up.sampling)
         self.upstream = Upstream(up.timeout_s, up.connect_timeout_s)
         self.gate = GenerationGate(config.pause_wait_s)
+        self.metrics = ProxyMetrics()
         self.info = UpstreamInfo(
             engine=up.engine, url=base_url(up.url), model=up.model or "", policy_version=up.policy_version
         )
@@ -143,6 +146,7 @@ class Proxy:
         routes = [
             Route("/", self.root, methods=["GET", "HEAD"]),
             Route("/health", self.root, methods=["GET"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/models", self.models, methods=["GET"]),
             Route("/admin/sessions", self.open_session, methods=["POST"]),
@@ -174,6 +178,7 @@ class Proxy:
             except PolarError as err:
                 self._record(call, None, err)
                 return error_response(dialect, err)
+            self.metrics.upstream(+1)
             streaming = False
             try:
                 call.target = await self._target(call.session)
@@ -182,7 +187,9 @@ class Proxy:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
                     return response
+                asked = time.monotonic()
                 body = await self.upstream.post_json(self._chat_url(call), call.upstream_body)
+                call.upstream_s = time.monotonic() - asked
                 completion = self.backend.parse_response(body)
             except PolarError as err:
                 self._record(call, None, err)
@@ -190,6 +197,7 @@ class Proxy:
             finally:
                 if not streaming:
                     self.gate.release()
+                    self.metrics.upstream(-1)
             self._record(call, completion)
             if call.request.stream:  # the engine answered whole: play it as this dialect's stream
                 renderer = dialect.stream_renderer(call.request)
@@ -265,6 +273,15 @@ class Proxy:
         c = completion
         if c is not None and self.backend.splices:
             self.sessions.splices(call.session.id).add(c)
+        finished = time.time()
+        self.metrics.call(
+            call.dialect.name,
+            status or (err.kind if err else "ok"),
+            len(c.prompt_token_ids) if c else 0,
+            len(c.completion_token_ids) if c else 0,
+            None if call.upstream_s is None else finished - call.started_at - call.upstream_s,
+            None if call.first_token_at is None else call.first_token_at - call.started_at,
+        )
         # built from our own values: validation would only cost time on the response path
         self.store.add_record(
             CompletionRecord.model_construct(
@@ -272,7 +289,7 @@ class Proxy:
                 session_id=call.session.id,
                 seq=call.seq,
                 started_at=call.started_at,
-                finished_at=time.time(),
+                finished_at=finished,
                 first_token_at=call.first_token_at,
                 dialect=call.dialect.name,
                 stream=call.request.stream,
@@ -293,6 +310,9 @@ class Proxy:
         )
 
     # --- plain routes -------------------------------------------------------------------------
+    async def prometheus(self, request: Request) -> Response:
+        return scrape(self.metrics.registry)
+
     async def root(self, request: Request) -> Response:
         return json_response({"status": "ok", "service": "nemo_polar-proxy", "engine": self.info.engine})
 
@@ -446,6 +466,7 @@ class Relay:
             self.response.release()
         finally:
             self.proxy.gate.release()
+            self.proxy.metrics.upstream(-1)
 
 
 class RelayResponse(Response):

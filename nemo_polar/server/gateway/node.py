@@ -44,6 +44,7 @@ from ...config import ProxyConfig, Strict
 from ...contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
 from ...control import error_response, http_error, parse, read_json, require_token, route
 from ...errors import ControlError, ControlRefused, NotFound, PolarError
+from ...metrics import NodeGauges, scrape
 from ...proxy.app import Proxy
 from ...serving import ServerThread, json_response, run
 from ..client import Retry, RolloutAPI
@@ -114,7 +115,9 @@ class GatewayNode:
         self.rollout = RolloutAPI(config.rollout_url, config.control_token, timeout_s=10.0)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._delivering: set[str] = set()  # outbox files whose first delivery is under way
+        self.gauges = NodeGauges(self._pools, lambda: sum(1 for _ in self.outbox.glob("*.json")))
         routes = [
+            Route("/metrics", self.metrics, methods=["GET"]),
             Route("/sessions", self.dispatch, methods=["POST"]),
             Route("/sessions/{session_id}", self.status, methods=["GET"]),
             Route("/sessions/{session_id}", self.cancel, methods=["DELETE"]),
@@ -133,6 +136,21 @@ class GatewayNode:
             await asyncio.wait([t], timeout=5)
         await self.rollout.close()
         await self.proxy.aclose()
+
+    def _pools(self) -> dict[str, int]:
+        m = self.pipeline.metrics()
+        return {
+            "init_queue": m.init_queue,
+            "init": m.init_inflight,
+            "ready": m.ready,
+            "run": m.run_inflight,
+            "postrun_queue": m.postrun_queue,
+            "postrun": m.postrun_inflight,
+        }
+
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus text format: this node's pools and outbox, and its proxy's calls (open, like /health)."""
+        return await asyncio.to_thread(scrape, self.gauges.registry, *self.proxy.metric_registries())
 
     # --- the node's routes (the rollout server's side of a session) ---------------------------
     @route(guarded=True)

@@ -56,6 +56,9 @@ class ProxySurface(Protocol):
     def close(self) -> None:
         """Close the record store."""
 
+    def metric_registries(self) -> list[Any]:
+        """The proxy's Prometheus registries, shown at the node's `/metrics` beside the node's own."""
+
 
 class ProxyAdapter:
     """`ProxySurface` over today's `Proxy`."""
@@ -102,6 +105,9 @@ class ProxyAdapter:
 
     def close(self) -> None:
         self.proxy.store.close()
+
+    def metric_registries(self) -> list[Any]:
+        return [self.proxy.metrics.registry]
 
 
 def surface(proxy: Proxy | ProxySurface) -> ProxySurface:

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from ...contracts import NodeRegistration, SessionResult, TaskSpec
 from ...control import error_response, http_error, parse, query_float, read_json, route
 from ...errors import ControlError, NotFound
+from ...metrics import scrape
 from ...serving import ServerThread, free_port, json_response, run
 from .service import Heartbeat, RolloutConfig, RolloutService, StateReport
 from .store import RolloutStore
@@ -52,6 +53,7 @@ class RolloutServer:
     def _routes(self) -> list[Route]:
         return [
             Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
             Route("/tasks", self.submit, methods=["POST"]),
             Route("/tasks", self.list_tasks, methods=["GET"]),
             Route("/tasks/{task_id}", self.get_task, methods=["GET"]),
@@ -70,6 +72,11 @@ class RolloutServer:
     @route(guarded=False)
     async def health(self, request: Request) -> Response:
         return json_response(await self.service.health())
+
+    @route(guarded=False)
+    async def metrics(self, request: Request) -> Response:
+        """Prometheus text format; read from the store in a worker thread, like every other read."""
+        return await asyncio.to_thread(scrape, self.service.metrics.registry)
 
     @route(guarded=True)
     async def submit(self, request: Request) -> Response:

@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, model_validator
 from ...config import Strict
 from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from ...errors import Forbidden, IllegalMove, NotFound
+from ...metrics import RolloutMetrics
 from ..client import NodeAPI, NodeTarget
 from . import scheduler
 from .dispatcher import Dispatch, dispatch_loop
@@ -139,6 +140,7 @@ class RolloutService:
         self.store = store or RolloutStore(config.store.path)
         self.events = Broadcaster()
         self.reservations = Reservations()
+        self.metrics = RolloutMetrics(self.store, self._nodes_alive)
         self._plan_lock = threading.Lock()  # one dispatch batch is planned at a time
         self._loop: asyncio.AbstractEventLoop | None = None  # set while serving; network work runs on it
         self._background: set[asyncio.Future[Any]] = set()
@@ -190,6 +192,10 @@ class RolloutService:
         self._emit("session", session_id=s.id, task_id=s.task_id, state=s.state.value, node_id=s.node_id, cause=cause)
 
     # --- the verbs the routes call ------------------------------------------------------------
+    def _nodes_alive(self) -> dict[str, bool]:
+        now = time.time()
+        return {n.id: scheduler.healthy(n, now) for n in self.store.nodes()}
+
     async def health(self) -> dict[str, Any]:
         nodes = await self._off_loop(self.store.nodes)
         now = time.time()
@@ -382,6 +388,7 @@ class RolloutService:
                     break
                 planned[node.id] = planned.get(node.id, 0) + 1
                 plan.append((session.id, node))
+                self.metrics.dispatch_latency.observe(max(now - session.updated_at, 0.0))
             if not plan:
                 return []
             rows = self.store.mark_dispatched_many([(sid, node.id) for sid, node in plan])

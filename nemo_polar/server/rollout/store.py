@@ -532,6 +532,14 @@ class RolloutStore:
             raise NotFound(f"no node {node_id!r}")
         return _node(rows[0])
 
+    def state_counts(self) -> dict[str, int]:
+        """Every session, counted by state."""
+        return dict(self._read("SELECT state, COUNT(*) FROM sessions GROUP BY state"))
+
+    def queue_depth(self) -> int:
+        """Sessions waiting for a node (registered and not dispatched)."""
+        return self._read("SELECT COUNT(*) FROM sessions WHERE state='registered' AND node_id IS NULL")[0][0]
+
     def nodes(self) -> list[NodeRow]:
         return [_node(r) for r in self._read(f"SELECT {_NODE_COLS} FROM nodes ORDER BY id")]
 
