@@ -7,11 +7,12 @@ own), and one long session whose single chain is a trace of `trace_tokens` token
 the tiny model's, so the page shows text. Then `polar view` serves it and Debian's chromium, headless,
 opens the page afresh each time (the median of `repeats`):
 
-    list_first_render_ms    navigation start -> the session list painted
+    list_first_render_ms    navigation start -> the session list painted (`_cold_ms`: the first view)
     list_rollups_ms         navigation start -> every session's rollup shown (computed from the
                             records on first view: results written before rollups do not carry them)
     session_render_ms       navigation start -> the long session painted (calls, chain tree, traces)
-    trace_first_render_ms   navigation start -> the long trace's first tokens painted
+    trace_first_render_ms   navigation start -> the long trace's first tokens painted; the first view
+                            (`_cold_ms`) builds the session's traces from its records, later ones reuse them
     trace_complete_ms       navigation start -> all its tokens in the page
 """
 
@@ -161,8 +162,8 @@ def measure(folder: Path, long_id: str, repeats: int = 3) -> dict[str, Any]:
         for _ in range(repeats):
             for key, path, mark in (
                 ("list", "/#/", "list-rendered"),
-                ("session", f"/#/s/{long_id}", "session-rendered"),
                 ("trace", f"/#/s/{long_id}/t/0", "trace-rendered"),
+                ("session", f"/#/s/{long_id}", "session-rendered"),
             ):
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 console = Console(page)
@@ -179,9 +180,11 @@ def measure(folder: Path, long_id: str, repeats: int = 3) -> dict[str, Any]:
         version = browser.version
     return {
         "list_first_render_ms": _median(out["list"]),
+        "list_first_render_cold_ms": round(out["list"][0], 1),
         "list_rollups_ms": round(out["rollups"][0], 1),  # the first view computes them; later ones reuse
         "session_render_ms": _median(out["session"]),
         "trace_first_render_ms": _median(out["trace"]),
+        "trace_first_render_cold_ms": round(out["trace"][0], 1),  # the first view builds the session's traces
         "trace_complete_ms": _median(out["trace_all"]),
         "runs_ms": {k: [round(v, 1) for v in vs] for k, vs in out.items()},
         "console_errors": errors,

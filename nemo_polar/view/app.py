@@ -112,7 +112,7 @@ class ViewServer:
     async def trace(self, request: Request) -> Response:
         sid, index = request.path_params["sid"], request.path_params["index"]
         view = await self._view(sid)
-        vocab = tokens.find(self.tokenizer, {r.upstream.model for r in view.records})
+        vocab = tokens.find(self.tokenizer or self.source.model_dir, {r.upstream.model for r in view.records})
         body = await asyncio.to_thread(view.trace, index, vocab)
         if body is None:
             raise NotFound(f"session {sid!r} has no trace {index}")

@@ -22,6 +22,7 @@ from .sources import session_row, task_entry
 
 class RolloutSource:
     kind = "rollout"
+    model_dir = None
 
     def __init__(self, url: str, node_token: str | None = None, control_token: str | None = None):
         self.label = url

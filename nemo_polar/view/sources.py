@@ -32,6 +32,7 @@ from ..rollup import kept, rollup_rows, view
 class Source(Protocol):
     label: str
     kind: str  # run | store | rollout
+    model_dir: str | None  # a model folder the run keeps (polar learn's policy/), for its tokenizer
 
     async def listing(self) -> list[dict[str, Any]]: ...
     async def session(self, session_id: str) -> tuple[dict[str, Any], list[CompletionRecord]]: ...
@@ -206,6 +207,8 @@ class RunSource:
         if not rollout_path.is_file():
             raise FileNotFoundError(f"no rollout store at {rollout_path}")
         self.label = str(rollout_path.parent if rollout_path.name == "rollout.sqlite" else rollout_path)
+        policy = rollout_path.parent / "policy"  # polar learn keeps the model it trains
+        self.model_dir = str(policy) if (policy / "tokenizer.json").is_file() else None
         self.store = RolloutStore(rollout_path)
         self._changes = sqlite3.connect(f"file:{rollout_path}?mode=ro", uri=True, check_same_thread=False)
         self._lock = threading.Lock()
@@ -271,6 +274,7 @@ class RecordsSource:
     """The proxy's capture sessions, grouped by the task their metadata names (else one group)."""
 
     kind = "store"
+    model_dir = None
 
     def __init__(self, path: Path):
         self.label = str(path)

@@ -1,8 +1,9 @@
 """Token ids as the text the page shows, with the run's tokenizer (`tokenizers`, no transformers).
 
 A run folder does not name its model's files, only the name it was served under: a tokenizer is
-the folder given (`--tokenizer`), else that name when it is a folder with a `tokenizer.json`, else
-the tiny model when the name is the one `polar vllm`/`polar up` serve it as. Without one, ids show.
+the folder given (`--tokenizer`, or the model a `polar learn` run folder keeps), else that name when
+it is a folder with a `tokenizer.json`, else the tiny model when the name is the one `polar vllm` and
+`polar up` serve it as. Without one, ids show.
 """
 
 from __future__ import annotations

@@ -149,3 +149,14 @@ def test_the_command_wants_exactly_one_source(tmp_path, capsys):
     assert "not a run folder" in capsys.readouterr().err
     assert main(["view", "--store", str(tmp_path / "none.sqlite")]) == 1
     assert main(["view", "--store", str(tmp_path / "x"), "--tokenizer", str(tmp_path)]) == 1  # no tokenizer.json
+
+
+def test_a_learn_run_folder_shows_text_with_the_model_it_keeps(tmp_path):
+    import shutil
+
+    long_id, _ = write_run(tmp_path, calls=45, per_session=5, trace_tokens=2000)
+    (tmp_path / "policy").mkdir()  # polar learn keeps the model it trains (served under another name)
+    shutil.copy(TINY_MODEL / "tokenizer.json", tmp_path / "policy")
+    with ViewThread(open_source(run_dir=str(tmp_path))) as view:
+        _, t = get(view, f"/api/sessions/{long_id}/traces/0")
+    assert t["vocab"] and t["tokenizer"] == str(tmp_path / "policy")
