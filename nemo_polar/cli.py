@@ -221,6 +221,12 @@ def _data_swe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _runtime_check(args: argparse.Namespace) -> int:
+    from .server.runtime_check import main
+
+    return main(args.runtime, args.image, args.upstream, args.only or None, args.json)
+
+
 def _tasks_build(args: argparse.Namespace) -> int:
     from .tasks.materialize import build
 
@@ -386,6 +392,15 @@ def parser() -> argparse.ArgumentParser:
     tbuild = tasks.add_parser("build", help="write the task repos and OUT/tasks.jsonl (SWE-bench style rows)")
     tbuild.add_argument("--out", required=True)
     tbuild.set_defaults(func=_tasks_build)
+
+    runtime = sub.add_parser("runtime", help="sandboxes").add_subparsers(dest="action", required=True)
+    rcheck = runtime.add_parser("check", help="every harness configuration calls the model from inside a runtime")
+    rcheck.add_argument("--runtime", default="image", help="local, docker, apptainer or image")
+    rcheck.add_argument("--image", default=None, help="its image (image: a root filesystem; .deps/rootfs/bookworm)")
+    rcheck.add_argument("--upstream", default=None, help="a running vLLM's URL (default: start one on the tiny model)")
+    rcheck.add_argument("--only", action="append", default=[], help="one configuration (repeatable), e.g. pi-gemini")
+    rcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
+    rcheck.set_defaults(func=_runtime_check)
 
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
     bproxy = bench.add_parser("proxy", help="the proxy against direct calls and a bare relay, fake upstream")

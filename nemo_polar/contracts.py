@@ -16,6 +16,7 @@ they were submitted: validated with `STORED` as context, their plug-ins are not 
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -92,10 +93,54 @@ class HarnessSpec(BaseModel):
         return self
 
 
+IMAGE_KINDS = ("docker", "apptainer", "image")  # the built-in kinds whose commands see an image, not this machine
+RESERVED = "/polar"  # where the runtimes mount the session's folders, the toolchain and our scripts
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Step(Strict):
+    """One set-up command, run with `sh -c` in the working directory: `prepare` steps before the agent,
+    `eval_prepare` steps before grading. A step that fails (non-zero, or past its timeout) is tried
+    again `retries` times, `backoff_s` apart (doubling); after the last try the session is masked."""
+
+    command: str = Field(min_length=1, description="run with sh -c in the working directory")
+    timeout_s: float = Field(600.0, gt=0, description="each try")
+    retries: int = Field(0, ge=0, le=10, description="more tries after a failed one")
+    backoff_s: float = Field(2.0, ge=0, description="before the first retry; doubled for each next one")
+    env: dict[str, str] = Field(default_factory=dict, description="over the runtime's env, for this step")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"command": data} if isinstance(data, str) else data
+
+
 class RuntimeSpec(Strict):
-    kind: str = Field("local", description="local, docker, apptainer, or 'package.module:Class'")
-    image: str | None = Field(None, description="docker: an image name; apptainer: a .sif file or URI")
+    kind: str = Field("local", description="local, docker, apptainer, image, or 'package.module:Class'")
+    image: str | None = Field(
+        None,
+        description="docker: an image name; apptainer: a .sif file or URI (docker://...); image: a root "
+        "filesystem folder, or several joined by ':' (the first on top)",
+    )
     repo: str | None = Field(None, description="a folder copied as the session's working copy")
+    workdir: str | None = Field(
+        None,
+        description="docker/apptainer/image: where the agent works, e.g. /testbed: the image's own folder, or "
+        "`repo` copied there (default /polar/work)",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="every command's environment (set-up steps, the harness, grading): e.g. PATH of the image's "
+        "own Python; the harness's own variables win",
+    )
+    volumes: list[str] = Field(
+        default_factory=list,
+        description="docker/apptainer/image: more binds, HOST:INSIDE[:ro|rw] (read-only by default)",
+    )
+    prepare: list[Step] = Field(default_factory=list, description="set-up steps before the agent, in order")
+    eval_prepare: list[Step] | None = Field(
+        None, description="set-up steps of the fresh sandbox that grades the patch (null: the same as prepare)"
+    )
     sandbox: bool = Field(True, description="local: bubblewrap where present (read-only host, private /tmp)")
     network: Literal["proxy", "none", "host"] = Field(
         "proxy", description="proxy: nothing but the proxy is reachable; none: nothing; host: no isolation"
@@ -104,25 +149,82 @@ class RuntimeSpec(Strict):
     memory: str | None = Field(
         None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="docker/apptainer: memory limit, e.g. 2g or 512m"
     )
+    gpus: int = Field(0, ge=0, description="docker: that many GPUs (device requests); apptainer: --nv when > 0")
 
     @field_validator("kind")
     @classmethod
     def _known(cls, kind: str) -> str:
         return RUNTIMES.check(kind)
 
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, workdir: str | None) -> str | None:
+        if workdir is not None:
+            _inside_path(workdir, "runtime.workdir")
+        return workdir
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"runtime.env: {name!r} is not a variable name")
+            if name == "HOME":
+                raise ValueError("runtime.env: HOME is the session's own (the harness's HOME)")
+        return env
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, volumes: list[str]) -> list[str]:
+        for volume in volumes:
+            parse_volume(volume)
+        return volumes
+
+    @property
+    def binds(self) -> list[tuple[str, str, bool]]:
+        """`volumes` as (host, inside, writable)."""
+        return [parse_volume(v) for v in self.volumes]
+
     @model_validator(mode="after")
     def _fits_kind(self) -> RuntimeSpec:
         """The built-in kinds' rules; a runtime of your own reads the fields it understands."""
-        if self.kind in ("docker", "apptainer") and not self.image:
+        if self.kind in IMAGE_KINDS and not self.image:
             raise ValueError(f"runtime.image is required for kind {self.kind!r}")
         if self.kind == "local":
             if self.image:
-                raise ValueError("runtime.image needs kind docker or apptainer (local runs on this machine)")
-            if self.cpus is not None or self.memory is not None:
-                raise ValueError("runtime.cpus and runtime.memory need kind docker or apptainer (local has no limits)")
-        elif self.kind in ("docker", "apptainer") and not self.sandbox:
+                raise ValueError("runtime.image needs kind docker, apptainer or image (local runs on this machine)")
+            for key in ("workdir", "volumes", "cpus", "memory", "gpus"):
+                if getattr(self, key):
+                    raise ValueError(
+                        f"runtime.{key} needs kind docker, apptainer or image (local works in a copy on this machine)"
+                    )
+        elif self.kind in IMAGE_KINDS and not self.sandbox:
             raise ValueError(f"runtime.sandbox=false only applies to kind local, not {self.kind!r}")
+        if self.kind == "image":
+            for key in ("cpus", "memory", "gpus"):
+                if getattr(self, key):
+                    raise ValueError(f"runtime.{key} needs kind docker or apptainer (image has no resource limits)")
+            if not all(layer.startswith("/") for layer in self.image.split(":")):
+                raise ValueError("runtime.image for kind image: absolute folders joined by ':'")
         return self
+
+
+def _inside_path(path: str, what: str) -> None:
+    if not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
+        raise ValueError(f"{what}: {path!r} must be an absolute path inside, not / and without ..")
+    if path.rstrip("/") == RESERVED or path.startswith(RESERVED + "/"):
+        raise ValueError(f"{what}: {path!r} is under {RESERVED}, where the runtimes mount their own folders")
+
+
+def parse_volume(volume: str) -> tuple[str, str, bool]:
+    """`HOST:INSIDE[:ro|rw]` as (host, inside, writable); read-only unless `:rw`."""
+    parts = volume.split(":")
+    if len(parts) == 2:
+        parts.append("ro")
+    if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[0].startswith("/"):
+        raise ValueError(f"runtime.volumes: {volume!r} is not HOST:INSIDE[:ro|rw] with absolute paths")
+    _inside_path(parts[1], "runtime.volumes")
+    return parts[0], parts[1], parts[2] == "rw"
 
 
 class EvaluatorSpec(Strict):

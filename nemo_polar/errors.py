@@ -20,6 +20,8 @@
     │   └── ControlRefused      an answer with an error status, kept as `status_code`
     ├── HarnessError            a harness could not be run: the node's fault, the session is masked
     │   └── HarnessNotInstalled missing, or installed at another version than its pin
+    ├── SandboxError            a session's sandbox could not be made ready: masked
+    │   └── SetupFailed         a `prepare` / `eval_prepare` step failed on its last try
     ├── EvaluationError         a reward could not be judged (no task repo, git failed): masked, never 0
     │   └── GitError            a git step of the patch extraction failed
     ├── TraceBuildError         records cannot become a faithful trace (e.g. a sampled span without logprobs)
@@ -162,6 +164,16 @@ class HarnessError(PolarError, RuntimeError):
 
 class HarnessNotInstalled(HarnessError):
     """The harness is missing, or installed at another version than the pinned one."""
+
+
+class SandboxError(PolarError, RuntimeError):
+    """A session's sandbox could not be made ready (the node's or the task's fault, not the agent's): masked."""
+
+    kind = "sandbox"
+
+
+class SetupFailed(SandboxError):
+    """A `prepare` or `eval_prepare` step failed on its last try; the message names the step."""
 
 
 class EvaluationError(PolarError, RuntimeError):

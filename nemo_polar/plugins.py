@@ -112,6 +112,7 @@ RUNTIMES: Registry[Runtime] = Registry(
         "local": f"{_RUNTIMES}.local:LocalRuntime",
         "docker": f"{_RUNTIMES}.docker:DockerRuntime",  # the `docker` extra
         "apptainer": f"{_RUNTIMES}.apptainer:ApptainerRuntime",
+        "image": f"{_RUNTIMES}.image:ImageRuntime",  # a root filesystem folder under bubblewrap
     },
 )
 

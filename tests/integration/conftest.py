@@ -63,7 +63,7 @@ def run_harness(
         runtime = LocalRuntime(tmp_path, sandbox=False, session_id="harness")
         await runtime.start()
         try:
-            launch = harness.launch(task, Endpoint(proxy.url, session.api_key), runtime.home, runtime.work, max_steps)
+            launch = harness.launch(task, Endpoint(proxy.url, session.api_key), runtime.inside(), max_steps)
             launch.write_files(runtime.home)
             return await runtime.exec(launch.argv, launch.env, timeout=timeout)
         finally:

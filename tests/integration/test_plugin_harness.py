@@ -34,8 +34,8 @@ class OneCall(Harness):
     dialects = ("openai_chat",)
     Settings = OneCallSettings
 
-    def launch(self, task, endpoint, home, workdir, max_steps):
-        env = self.base_env(home) | {{
+    def launch(self, task, endpoint, inside, max_steps):
+        env = self.base_env(inside) | {{
             "OPENAI_BASE_URL": endpoint.base_url + "/v1",
             "OPENAI_API_KEY": endpoint.api_key,
             "POLAR_MODEL": endpoint.model,

@@ -39,7 +39,7 @@ def npm_package(deps: Path, package: str, version: str) -> None:
 
 def venv_package(deps: Path, venv: str, dist: str, version: str) -> None:
     (deps / venv / "bin").mkdir(parents=True)
-    (deps / venv / "bin/python").touch()
+    (deps / venv / "bin/python3").touch()
     info = deps / venv / f"lib/python3.12/site-packages/{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
@@ -66,7 +66,7 @@ def test_the_right_versions_pass(tmp_path):
         if pin.kind == "npm":
             npm_package(tmp_path, pin.package, pin.version)
         else:
-            venv_package(tmp_path, pin.venv, pin.package, pin.version)
+            venv_package(tmp_path, pin.folder, pin.package, pin.version)
     for name, cls in HARNESSES.items():
         harness = Pi() if name == "pi" else Shell(command="true") if name == "shell" else cls()
         assert check_install(harness, tmp_path) == (PINS[name].version if name in PINS else "")
@@ -84,7 +84,7 @@ def test_a_wrong_npm_version_names_harness_versions_and_fix(tmp_path):
 def test_a_missing_venv_names_its_setup_part(tmp_path):
     with pytest.raises(HarnessNotInstalled, match=r"'openhands'.*found nothing.*scripts/setup.sh openhands"):
         check_install(HARNESSES["openhands"](), tmp_path)
-    venv_package(tmp_path, "mini", "mini-swe-agent", "2.0.0")
+    venv_package(tmp_path, "python", "mini-swe-agent", "2.0.0")  # the toolchain's Python 3.11
     with pytest.raises(HarnessNotInstalled, match=r"'mini_swe_agent'.*2\.4\.6.*found 2\.0\.0.*setup.sh mini"):
         check_install(HARNESSES["mini_swe_agent"](), tmp_path)
 

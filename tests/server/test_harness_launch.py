@@ -1,6 +1,7 @@
 """Each adapter's launch, without running anything: every model name pinned to the served model, the
 session's key and the proxy's URL where the harness reads them, nothing interactive, the step limit
-passed on, and the install it runs from under the deps folder."""
+passed on, and every program it starts inside the harness toolchain's mount (never the image's node or
+python), at the paths the sandbox shows it."""
 
 from __future__ import annotations
 
@@ -10,20 +11,26 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.server.gateway.harnesses import HARNESSES, Endpoint, Launch
-from nemo_polar.server.gateway.harnesses.base import TOOLS
+from nemo_polar.server.gateway.harnesses import HARNESSES, Endpoint, Inside, Launch
 from nemo_polar.server.gateway.harnesses.openhands import RUNNER
 from nemo_polar.server.gateway.harnesses.pi import Pi
 from nemo_polar.server.gateway.harnesses.shell import Shell
 
 URL, KEY, MODEL, TASK = "http://127.0.0.1:4321", "sk-session-key", "served-model", "Fix the bug."
+# as a container shows them: the toolchain and our scripts at their mounts, the image's own PATH
+TOOLS, SCRIPTS, IMAGE_PATH = Path("/polar/tools"), Path("/polar/scripts"), "/opt/conda/bin:/usr/bin:/bin"
+NODE = str(TOOLS / "node/bin/node")
 
 
 def launch(harness, tmp_path: Path, max_steps: int = 7) -> Launch:
-    home, work = tmp_path / "home", tmp_path / "work"
-    out = harness.launch(TASK, Endpoint(URL, KEY, MODEL), home, work, max_steps)
+    home, work = Path("/polar/home"), Path("/testbed")
+    out = harness.launch(TASK, Endpoint(URL, KEY, MODEL), Inside(home, work, TOOLS, SCRIPTS, IMAGE_PATH), max_steps)
     assert out.env["HOME"] == str(home)
-    out.write_files(home)
+    # the image's PATH first (the agent's commands find the image's own tools), the toolchain's node last
+    assert out.env["PATH"] == f"{IMAGE_PATH}:{TOOLS}/node/bin"
+    programs = [a for a in out.argv[:3] if a.startswith("/")]
+    assert all(a.startswith((str(TOOLS) + "/", str(SCRIPTS) + "/")) for a in programs), out.argv
+    out.write_files(tmp_path / "home")  # written on the host side of HOME
     return out
 
 
@@ -47,12 +54,8 @@ def test_every_bundled_harness_is_registered():
 def test_codex(tmp_path):
     out = launch(HARNESSES["codex"](), tmp_path)
     argv = out.argv
-    assert argv[:2] == [str(TOOLS / "node/bin/codex"), "exec"] and argv[-1] == TASK
-    assert (
-        "--skip-git-repo-check" in argv
-        and after(argv, "-m") == MODEL
-        and after(argv, "--cd") == str(tmp_path / "work")
-    )
+    assert argv[:3] == [NODE, str(TOOLS / "node/bin/codex"), "exec"] and argv[-1] == TASK
+    assert "--skip-git-repo-check" in argv and after(argv, "-m") == MODEL and after(argv, "--cd") == "/testbed"
     provider = next(a for a in argv if a.startswith("model_providers.polar="))
     assert (
         f'base_url="{URL}/v1"' in provider
@@ -60,7 +63,7 @@ def test_codex(tmp_path):
         and 'env_key="POLAR_API_KEY"' in provider
     )
     assert "model_provider=polar" in argv and out.env["POLAR_API_KEY"] == KEY
-    assert out.env["CODEX_HOME"] == str(tmp_path / "home/.codex")
+    assert out.env["CODEX_HOME"] == "/polar/home/.codex"
     config = tomllib.loads((tmp_path / "home/.codex/config.toml").read_text())
     assert config["check_for_update_on_startup"] is False
     assert KEY not in " ".join(argv)
@@ -69,7 +72,7 @@ def test_codex(tmp_path):
 def test_claude_code(tmp_path):
     out = launch(HARNESSES["claude_code"](), tmp_path)
     argv, env = out.argv, out.env
-    assert argv[0] == str(TOOLS / "node/bin/claude") and after(argv, "-p") == TASK
+    assert argv[0] == str(TOOLS / "node/bin/claude") and after(argv, "-p") == TASK  # native: no node
     assert after(argv, "--model") == MODEL and after(argv, "--max-turns") == "7"
     assert after(argv, "--output-format") == "json"
     assert env["ANTHROPIC_BASE_URL"] == URL and env["ANTHROPIC_API_KEY"] == KEY
@@ -81,7 +84,7 @@ def test_claude_code(tmp_path):
 def test_qwen_code(tmp_path):
     out = launch(HARNESSES["qwen_code"](), tmp_path)
     argv = out.argv
-    assert argv[0] == str(TOOLS / "node/bin/qwen") and after(argv, "-p") == TASK
+    assert argv[:2] == [NODE, str(TOOLS / "node/bin/qwen")] and after(argv, "-p") == TASK
     assert after(argv, "--auth-type") == "openai" and after(argv, "--openai-api-key") == KEY
     assert after(argv, "--openai-base-url") == f"{URL}/v1" and after(argv, "-m") == MODEL
     assert "--yolo" in argv and after(argv, "--max-session-turns") == "7"
@@ -92,7 +95,7 @@ def test_qwen_code(tmp_path):
 def test_gemini_cli(tmp_path):
     out = launch(HARNESSES["gemini_cli"](), tmp_path)
     argv = out.argv
-    assert argv[0] == str(TOOLS / "node/bin/gemini") and after(argv, "-p") == TASK
+    assert argv[:2] == [NODE, str(TOOLS / "node/bin/gemini")] and after(argv, "-p") == TASK
     assert after(argv, "-m") == MODEL and "--yolo" in argv
     assert out.env["GEMINI_API_KEY"] == KEY and out.env["GOOGLE_GEMINI_BASE_URL"] == URL
     settings = json.loads((tmp_path / "home/.gemini/settings.json").read_text())
@@ -113,7 +116,7 @@ def test_gemini_cli(tmp_path):
 def test_pi_speaks_each_dialect(dialect, api, base, tmp_path):
     out = launch(Pi(dialect=dialect), tmp_path)
     argv = out.argv
-    assert argv[0] == str(TOOLS / "node/bin/pi") and argv[-1] == TASK
+    assert argv[:2] == [NODE, str(TOOLS / "node/bin/pi")] and argv[-1] == TASK
     assert {"-p", "--no-session", "--offline"} <= set(argv)
     assert after(argv, "--provider") == "polar" and after(argv, "--model") == MODEL
     provider = json.loads((tmp_path / "home/.pi/agent/models.json").read_text())["providers"]["polar"]
@@ -129,10 +132,12 @@ def test_pi_refuses_an_unknown_dialect():
 def test_mini_swe_agent(tmp_path):
     out = launch(HARNESSES["mini_swe_agent"](), tmp_path)
     argv, env = out.argv, out.env
-    assert argv[0] == str(TOOLS / "mini/bin/mini") and after(argv, "-t") == TASK
-    assert after(argv, "-m") == f"openai/{MODEL}" and {"-y", "--exit-immediately"} <= set(argv)
+    # the toolchain's Python 3.11, isolated from the image's PYTHONPATH
+    assert argv[:4] == [str(TOOLS / "python/bin/python3"), "-I", "-m", "minisweagent.run.mini"]
+    assert after(argv, "-t") == TASK
+    assert after(argv[4:], "-m") == f"openai/{MODEL}" and {"-y", "--exit-immediately"} <= set(argv)
     assert f"model.model_kwargs.api_base={URL}/v1" in argv and "agent.step_limit=7" in argv
-    assert after(argv, "-o") == str(tmp_path / "home/trajectory.json")
+    assert after(argv, "-o") == "/polar/home/trajectory.json"
     assert env["OPENAI_API_KEY"] == KEY and env["MSWEA_CONFIGURED"] == "true"  # no set-up wizard
     assert env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
 
@@ -140,11 +145,11 @@ def test_mini_swe_agent(tmp_path):
 def test_openhands(tmp_path):
     out = launch(HARNESSES["openhands"](), tmp_path)
     argv, env = out.argv, out.env
-    # the venv's Python 3.12, isolated so that harnesses/openhands.py does not shadow the SDK
-    assert argv[:3] == [str(TOOLS / "openhands/bin/python"), "-I", str(RUNNER)] and argv[-1] == TASK
+    # the toolchain's Python 3.12, isolated so that nothing beside the runner shadows the SDK
+    assert argv[:3] == [str(TOOLS / "openhands/bin/python3"), "-I", str(SCRIPTS / RUNNER.name)] and argv[-1] == TASK
     assert after(argv, "--base-url") == f"{URL}/v1" and after(argv, "--model") == MODEL
-    assert after(argv, "--max-steps") == "7" and after(argv, "--workdir") == str(tmp_path / "work")
-    assert after(argv, "--persist") == str(tmp_path / "home/.openhands/conversations")
+    assert after(argv, "--max-steps") == "7" and after(argv, "--workdir") == "/testbed"
+    assert after(argv, "--persist") == "/polar/home/.openhands/conversations"
     assert env["POLAR_API_KEY"] == KEY and KEY not in " ".join(argv)
     assert env["OPENHANDS_SUPPRESS_BANNER"] == "1" and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from nemo_polar.contracts import STORED, HarnessSpec, RuntimeSpec, TaskSpec
 from nemo_polar.errors import UnknownPlugin
 from nemo_polar.plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
-from nemo_polar.server.gateway.harnesses import Endpoint
+from nemo_polar.server.gateway.harnesses import Endpoint, Inside
 from nemo_polar.server.gateway.runtimes import make_runtime
 from nemo_polar.server.gateway.stages import harness_for
 from nemo_polar.traces import build
@@ -41,8 +41,9 @@ class Echo(Harness):
     dialects = ("openai_chat",)
     Settings = EchoSettings
 
-    def launch(self, task, endpoint, home, workdir, max_steps):
-        return Launch(["echo", *task.split()[: self.settings.words]], self.base_env(home) | {"KEY": endpoint.api_key})
+    def launch(self, task, endpoint, inside, max_steps):
+        words = task.split()[: self.settings.words]
+        return Launch(["echo", *words], self.base_env(inside) | {"KEY": endpoint.api_key})
 
 
 class Twice(Evaluator):
@@ -79,7 +80,7 @@ def own(tmp_path, monkeypatch):
 
 def test_each_registry_lists_its_builtins():
     assert {"codex", "pi", "shell"} <= set(HARNESSES)  # all of them: test_harness_launch
-    assert set(RUNTIMES) == {"local", "docker", "apptainer"}
+    assert set(RUNTIMES) == {"local", "docker", "apptainer", "image"}
     assert set(BUILDERS) == {"per_request", "prefix_tree"}
     assert {"session_completed", "tests", "swebench"} <= set(EVALUATORS)
     assert HARNESSES["pi"].name == "pi" and BUILDERS["per_request"].name == "per_request"
@@ -97,7 +98,7 @@ def test_an_unknown_name_is_refused_with_the_known_ones(registry):
 def test_a_class_of_your_own_by_import_path(own, tmp_path):
     echo = HARNESSES[f"{own}:Echo"]
     out = harness_for(HarnessSpec(name=f"{own}:Echo", words=2)).launch(
-        "one two three", Endpoint(URL, KEY), tmp_path, tmp_path, 1
+        "one two three", Endpoint(URL, KEY), Inside(tmp_path, tmp_path), 1
     )
     assert echo.name == "echo" and out.argv == ["echo", "one", "two"] and out.env["KEY"] == KEY
     assert EVALUATORS[f"{own}:Twice"].name == "twice"
@@ -145,7 +146,7 @@ def test_a_stored_spec_does_not_load_its_plugins_again():
 
 def test_the_env_setting_reaches_the_harness_under_its_own_variables(tmp_path):
     spec = HarnessSpec(name="codex", env={"HTTPS_PROXY": "http://corp:3128", "POLAR_API_KEY": "stolen"})
-    out = harness_for(spec).launch("t", Endpoint(URL, KEY), tmp_path, tmp_path, 1)
+    out = harness_for(spec).launch("t", Endpoint(URL, KEY), Inside(tmp_path, tmp_path), 1)
     assert out.env["HTTPS_PROXY"] == "http://corp:3128"
     assert out.env["POLAR_API_KEY"] == KEY  # the harness's own variables win
 

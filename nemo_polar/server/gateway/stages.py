@@ -1,9 +1,11 @@
 """What a gateway node does in each stage of a session, for a real harness in a real sandbox.
 
-INIT: a sandbox (working copy + HOME) and a proxy session whose key is the harness's API key.
+INIT: a sandbox (working copy + HOME), its `prepare` steps, and a proxy session whose key is the
+harness's API key.
 RUN: the harness, unchanged, inside the sandbox, bounded by the agent budget.
 POST-RUN: the proxy session is closed (its key refused from then on), its records become traces,
-the evaluator gives the reward, the sandbox goes. Whatever happened, POST-RUN produces a
+the evaluator gives the reward (for a session in an image: in a fresh sandbox of the same image, started
+next to RUN with its `eval_prepare` steps), the sandboxes go. Whatever happened, POST-RUN produces a
 `SessionResult`; `on_result` delivers it.
 
 A session's state between the stages is its `Work` (the pipeline job's `data`): typed fields,
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...contracts import DispatchRequest, HarnessSpec, SessionResult, SessionState
-from ...errors import HarnessNotInstalled
+from ...errors import HarnessNotInstalled, SandboxError
 from ...evaluators import EvalContext, Evaluation, make_evaluator
 from ...proxy.app import Proxy
 from ...records import Session as ProxySession
@@ -36,6 +38,7 @@ from .harnesses.logs import keep_logs
 from .pipeline import Job
 from .proxy_surface import ProxySurface, surface
 from .runtimes import TIMEOUT_RC, Runtime, make_runtime
+from .runtimes.steps import run_steps
 
 log = logging.getLogger(__name__)
 EVAL_MIN_S = 60.0  # the evaluation's floor when the session budget is (nearly) spent
@@ -63,6 +66,9 @@ class Work:
     logs: str | None = None  # the session's harness logs, kept outside the sandbox
     evaluation_s: float | None = None
     eval_ctx: EvalContext | None = None
+    prepare: list[dict] | None = None  # the `prepare` steps' reports
+    eval_runtime: Runtime | None = None  # the fresh sandbox grading a session that ran in an image
+    eval_starting: asyncio.Task | None = None
     infra_error: str | None = None  # set when the session failed for the node's sake: masked
 
 
@@ -85,6 +91,11 @@ class HarnessStages:
         work, task = job.data, job.data.request.task
         work.runtime = make_runtime(task.runtime, self.root, job.session_id, self.proxy_url)
         await work.runtime.start()
+        try:
+            work.prepare = await run_steps(work.runtime, task.runtime.prepare)
+        except SandboxError as exc:
+            work.infra_error = str(exc)
+            raise
         work.proxy_session = await asyncio.to_thread(
             self.proxy.open_session,
             metadata={"rollout_session": job.session_id, "task_id": task.task_id, "sample": work.request.sample_index},
@@ -106,8 +117,7 @@ class HarnessStages:
         launch = harness.launch(
             task.instruction,
             Endpoint(runtime.proxy_url or self.proxy_url, opened.api_key),
-            runtime.inside_home,  # paths as the harness sees them; its files are written on the host side
-            runtime.inside_work,
+            runtime.inside(),  # paths as the harness sees them; its files are written on the host side
             task.harness.max_steps,
         )
         launch.write_files(runtime.home)
@@ -142,6 +152,7 @@ class HarnessStages:
         finally:
             if work.runtime is not None:
                 await work.runtime.stop()
+            await self._stop_eval_runtime(work)
             if work.eval_ctx is not None:
                 await asyncio.to_thread(shutil.rmtree, work.eval_ctx.scratch, True)
         await self.on_result(result)
@@ -159,7 +170,35 @@ class HarnessStages:
                 repo=Path(task.runtime.repo) if task.runtime.repo else None,
                 home=runtime.home,
             )
+            if runtime.in_image:  # the working copy and the tests' environment are the image's
+                work.eval_ctx.sandbox = runtime
+                work.eval_ctx.fresh = lambda: self._eval_runtime(job)
         return work.eval_ctx
+
+    async def _eval_runtime(self, job: Job[Work]) -> Runtime:
+        """A fresh sandbox of the session's image, no network, its `eval_prepare` steps done (else its
+        `prepare` steps): started once, by prewarm or evaluate, whichever asks first."""
+        work = job.data
+        if work.eval_starting is None:
+            work.eval_starting = asyncio.ensure_future(self._start_eval_runtime(job))
+        return await asyncio.shield(work.eval_starting)
+
+    async def _start_eval_runtime(self, job: Job[Work]) -> Runtime:
+        work, spec = job.data, job.data.request.task.runtime
+        fresh = spec.model_copy(update={"network": "none"})
+        work.eval_runtime = make_runtime(fresh, self.root, f"{job.session_id}-eval", self.proxy_url)
+        await work.eval_runtime.start()
+        steps = spec.eval_prepare if spec.eval_prepare is not None else spec.prepare
+        await run_steps(work.eval_runtime, steps, "eval_prepare")
+        return work.eval_runtime
+
+    async def _stop_eval_runtime(self, work: Work) -> None:
+        if work.eval_starting is not None and not work.eval_starting.done():
+            work.eval_starting.cancel()
+            await asyncio.gather(work.eval_starting, return_exceptions=True)
+        if work.eval_runtime is not None:
+            runtime, work.eval_runtime = work.eval_runtime, None
+            await runtime.stop()
 
     async def _evaluate(self, job: Job[Work]) -> Evaluation | None:
         """None when the agent never ran (masked); a bad task or a failing evaluator is masked too."""
@@ -209,6 +248,7 @@ class HarnessStages:
             stats=stats
             | {"exit_code": work.exit_code, "agent_timed_out": work.agent_timed_out, "finished_at": time.time()}
             | {"logs": work.logs, "harness_version": work.harness_version, "evaluation_s": work.evaluation_s}
+            | ({"prepare": work.prepare} if work.prepare else {})
             | ({"evaluation": evaluated} if evaluated else {}),
             timing=job.timing.model_copy(),
             node_id=self.node_id,

@@ -1,7 +1,9 @@
 """What a harness adapter is: how to launch one agent CLI, unchanged, against the proxy.
 
 An adapter only describes the launch (argv, environment, config files under the session's own
-HOME); running it, sandboxing it and keeping its logs belong to the gateway node. Every adapter
+HOME), in the paths its sandbox shows it (`Inside`: its HOME, its working directory, the harness
+toolchain, the sandbox's own PATH); it launches nothing from outside the toolchain, so it runs the
+same in any image. Running it, sandboxing it and keeping its logs belong to the gateway node. Every adapter
 points every model name the harness may use (sub-agents included) at the proxy with the
 session's key, and turns off anything interactive or networked besides the model API.
 
@@ -24,10 +26,8 @@ from pydantic import Field, ValidationError
 
 from ....config import Strict
 from ....errors import ConfigError, problems
+from ..toolchain import NODE, SCRIPTS, TOOLS
 from .versions import PINS, Pin
-
-ROOT = Path(__file__).resolve().parents[4]
-TOOLS = Path(os.environ.get("POLAR_DEPS", ROOT / ".deps"))
 
 
 @dataclass
@@ -41,6 +41,21 @@ class Launch:
             path = home / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
+
+
+@dataclass(frozen=True)
+class Inside:
+    """Where a session's things are as its commands see them (the runtime's fixed paths)."""
+
+    home: Path
+    work: Path
+    tools: Path = TOOLS  # the harness toolchain (toolchain.py)
+    scripts: Path = SCRIPTS  # our in-sandbox scripts (gateway/inside/)
+    path: str = field(default_factory=lambda: os.environ.get("PATH", "/usr/bin:/bin"))  # the sandbox's own PATH
+
+    def node(self, cli: str) -> list[str]:
+        """A Node.js CLI of the toolchain, started by the toolchain's own node (not the image's)."""
+        return [str(self.tools / NODE), str(self.tools / "node" / "bin" / cli)]
 
 
 @dataclass
@@ -90,12 +105,15 @@ class Harness(ABC):
         return PINS.get(self.name)
 
     @abstractmethod
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch: ...
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
+        """argv, environment and HOME files for one session; paths as `inside` gives them."""
 
-    def base_env(self, home: Path) -> dict[str, str]:
-        """What every harness starts from, the task's `env` setting over it; the harness adds its own."""
-        path = f"{TOOLS / 'node' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-        base = {"HOME": str(home), "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1", "CI": "1"}
+    def base_env(self, inside: Inside) -> dict[str, str]:
+        """What every harness starts from, the task's `env` setting over it; the harness adds its own. The
+        sandbox's PATH comes first (the agent's commands find the image's own tools), the toolchain's
+        node last (for a CLI that starts `node` by name)."""
+        path = f"{inside.path}:{inside.tools / 'node' / 'bin'}"
+        base = {"HOME": str(inside.home), "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1", "CI": "1"}
         return base | self.settings.env
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .base import TOOLS, Endpoint, Harness, Launch
+from .base import Endpoint, Harness, Inside, Launch
 
 
 class ClaudeCode(Harness):
@@ -12,9 +10,9 @@ class ClaudeCode(Harness):
     dialects = ("anthropic",)
     log_files = (".claude/projects/**/*.jsonl",)
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         argv = [
-            str(TOOLS / "node/bin/claude"),
+            str(inside.tools / "node/bin/claude"),  # a native binary: no node
             "-p",
             task,
             "--model",
@@ -27,7 +25,7 @@ class ClaudeCode(Harness):
             "Bash,Read,Edit,Write",
         ]
         m = endpoint.model
-        env = self.base_env(home) | {
+        env = self.base_env(inside) | {
             "ANTHROPIC_BASE_URL": endpoint.base_url,
             "ANTHROPIC_API_KEY": endpoint.api_key,
             "ANTHROPIC_MODEL": m,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .base import TOOLS, Endpoint, Harness, Launch
+from .base import Endpoint, Harness, Inside, Launch
 
 
 class Codex(Harness):
@@ -12,13 +10,13 @@ class Codex(Harness):
     dialects = ("openai_responses",)
     log_files = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         provider = (
             f'model_providers.polar={{name="polar",base_url="{endpoint.base_url}/v1",'
             f'wire_api="responses",env_key="POLAR_API_KEY"}}'
         )
         argv = [
-            str(TOOLS / "node/bin/codex"),
+            *inside.node("codex"),
             "exec",
             "--skip-git-repo-check",
             "-s",
@@ -30,8 +28,8 @@ class Codex(Harness):
             "-c",
             provider,
             "--cd",
-            str(workdir),
+            str(inside.work),
             task,
         ]
-        env = self.base_env(home) | {"CODEX_HOME": str(home / ".codex"), "POLAR_API_KEY": endpoint.api_key}
+        env = self.base_env(inside) | {"CODEX_HOME": str(inside.home / ".codex"), "POLAR_API_KEY": endpoint.api_key}
         return Launch(argv, env, {".codex/config.toml": "check_for_update_on_startup = false\n"})

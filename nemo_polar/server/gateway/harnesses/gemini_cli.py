@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .base import TOOLS, Endpoint, Harness, Launch, dump
+from .base import Endpoint, Harness, Inside, Launch, dump
 
 
 class GeminiCli(Harness):
@@ -12,8 +10,8 @@ class GeminiCli(Harness):
     dialects = ("gemini",)
     log_files = (".gemini/tmp/**/*.json", ".gemini/tmp/**/*.jsonl")
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
-        argv = [str(TOOLS / "node/bin/gemini"), "-p", task, "-m", endpoint.model, "--yolo"]
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
+        argv = [*inside.node("gemini"), "-p", task, "-m", endpoint.model, "--yolo"]
         settings = {
             "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
             "general": {"disableAutoUpdate": True},
@@ -21,5 +19,5 @@ class GeminiCli(Harness):
             "model": {"maxSessionTurns": max_steps},
             "telemetry": {"enabled": False},
         }
-        env = self.base_env(home) | {"GEMINI_API_KEY": endpoint.api_key, "GOOGLE_GEMINI_BASE_URL": endpoint.base_url}
+        env = self.base_env(inside) | {"GEMINI_API_KEY": endpoint.api_key, "GOOGLE_GEMINI_BASE_URL": endpoint.base_url}
         return Launch(argv, env, {".gemini/settings.json": dump(settings)})

@@ -2,7 +2,8 @@
 of the first RUN that uses it; a missing or different install fails the session as an
 infrastructure error (masked), never as a reward of 0.
 
-Versions are read from the installed package metadata (npm `package.json`, the venv's dist-info),
+Versions are read from the installed package metadata in the harness toolchain (npm `package.json`, the
+dist-info in its Python's site-packages),
 not from `--version`, which writes into HOME for some CLIs and starts a whole node runtime.
 """
 
@@ -25,21 +26,21 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def where(pin: Pin, deps: Path) -> Path:
+def where(pin: Pin, tools: Path) -> Path:
     if pin.kind == "npm":
-        return deps / "node" / "lib" / "node_modules" / pin.package / "package.json"
-    return deps / pin.venv
+        return tools / "node" / "lib" / "node_modules" / pin.package / "package.json"
+    return tools / pin.folder
 
 
-def installed_version(pin: Pin, deps: Path | None = None) -> str | None:
-    """The installed version of `pin.package`, or None when it is not there."""
-    path = where(pin, deps or base.TOOLS)
+def installed_version(pin: Pin, tools: Path | None = None) -> str | None:
+    """The installed version of `pin.package` in the toolchain `tools`, or None when it is not there."""
+    path = where(pin, tools or base.TOOLS)
     if pin.kind == "npm":
         try:
             return str(json.loads(path.read_text())["version"])
         except (OSError, ValueError, KeyError):
             return None
-    if not (path / "bin" / "python").exists():
+    if not (path / "bin" / "python3").exists():
         return None
     site = [str(p) for p in path.glob("lib/python3*/site-packages")]
     for dist in metadata.distributions(path=site):
@@ -52,7 +53,7 @@ _checked: dict[tuple[str, Path], str] = {}
 _lock = threading.Lock()
 
 
-def check_install(harness: base.Harness, deps: Path | None = None) -> str:
+def check_install(harness: base.Harness, tools: Path | None = None) -> str:
     """The harness's installed version, once it matches its pin; raises HarnessNotInstalled, naming
     the harness, both versions and the set-up command, otherwise. A harness with no pin (`shell`)
     passes as "". Successes are cached for the process; failures are checked again next time, so a
@@ -60,16 +61,16 @@ def check_install(harness: base.Harness, deps: Path | None = None) -> str:
     pin = harness.pin
     if pin is None:
         return ""
-    deps = deps or base.TOOLS
-    key = (harness.name, deps)
+    tools = tools or base.TOOLS
+    key = (harness.name, tools)
     with _lock:
         if key in _checked:
             return _checked[key]
-    found = installed_version(pin, deps)
+    found = installed_version(pin, tools)
     if found != pin.version:
         state = f"found {found}" if found else "found nothing"
         raise HarnessNotInstalled(
-            f"harness {harness.name!r} needs {pin.package} {pin.version}, {state} at {where(pin, deps)}; "
+            f"harness {harness.name!r} needs {pin.package} {pin.version}, {state} at {where(pin, tools)}; "
             f"run `scripts/setup.sh {pin.part}`"
         )
     with _lock:

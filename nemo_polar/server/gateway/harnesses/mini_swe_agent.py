@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .base import TOOLS, Endpoint, Harness, Launch
+from ..toolchain import PYTHON
+from .base import Endpoint, Harness, Inside, Launch
 
 
 class MiniSweAgent(Harness):
@@ -12,9 +11,12 @@ class MiniSweAgent(Harness):
     dialects = ("openai_chat",)
     log_files = ("trajectory.json",)
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         argv = [
-            str(TOOLS / "mini/bin/mini"),
+            str(inside.tools / PYTHON),
+            "-I",  # isolated: the image's PYTHONPATH and user site stay out
+            "-m",
+            "minisweagent.run.mini",
             "-t",
             task,
             "-m",
@@ -32,12 +34,12 @@ class MiniSweAgent(Harness):
             "-c",
             "model.cost_tracking=ignore_errors",
             "-o",
-            str(home / "trajectory.json"),
+            str(inside.home / "trajectory.json"),
         ]
-        env = self.base_env(home) | {
+        env = self.base_env(inside) | {
             "OPENAI_API_KEY": endpoint.api_key,
             "MSWEA_CONFIGURED": "true",  # no set-up wizard
-            "MSWEA_GLOBAL_CONFIG_DIR": str(home / ".mini"),
+            "MSWEA_GLOBAL_CONFIG_DIR": str(inside.home / ".mini"),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         return Launch(argv, env)

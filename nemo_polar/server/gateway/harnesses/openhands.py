@@ -4,11 +4,10 @@ ours runs in its own venv (.deps/openhands, made by `scripts/setup.sh openhands`
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..toolchain import OPENHANDS_PYTHON, SCRIPTS
+from .base import Endpoint, Harness, Inside, Launch
 
-from .base import TOOLS, Endpoint, Harness, Launch
-
-RUNNER = Path(__file__).with_name("openhands_runner.py")
+RUNNER = SCRIPTS / "openhands_runner.py"  # run from the in-sandbox scripts folder
 
 
 class OpenHands(Harness):
@@ -16,24 +15,24 @@ class OpenHands(Harness):
     dialects = ("openai_chat",)
     log_files = (".openhands/conversations/**/*.json",)
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         argv = [
-            str(TOOLS / "openhands/bin/python"),
+            str(inside.tools / OPENHANDS_PYTHON),
             "-I",  # isolated: not this folder on sys.path, where openhands.py would shadow the SDK
-            str(RUNNER),
+            str(inside.scripts / RUNNER.name),
             "--base-url",
             f"{endpoint.base_url}/v1",
             "--model",
             endpoint.model,
             "--workdir",
-            str(workdir),
+            str(inside.work),
             "--max-steps",
             str(max_steps),
             "--persist",
-            str(home / ".openhands/conversations"),
+            str(inside.home / ".openhands/conversations"),
             task,
         ]
-        env = self.base_env(home) | {
+        env = self.base_env(inside) | {
             "POLAR_API_KEY": endpoint.api_key,
             "OPENHANDS_SUPPRESS_BANNER": "1",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost-map download from GitHub

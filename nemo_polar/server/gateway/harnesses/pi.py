@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .base import TOOLS, Endpoint, Harness, HarnessSettings, Launch, dump
+from .base import Endpoint, Harness, HarnessSettings, Inside, Launch, dump
 
 API = {
     "openai_chat": "openai-completions",
@@ -40,7 +39,7 @@ class Pi(Harness):
     def dialect(self) -> str:
         return self.settings.dialect
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         base = endpoint.base_url + ("/v1" if self.dialect.startswith("openai") else "")
         if self.dialect == "gemini":
             base = endpoint.base_url + "/v1beta"
@@ -52,7 +51,7 @@ class Pi(Harness):
             "models": [{"id": endpoint.model, "maxTokens": 256, "contextWindow": 32768}],
         }
         argv = [
-            str(TOOLS / "node/bin/pi"),
+            *inside.node("pi"),
             "-p",
             "--no-session",
             "--offline",
@@ -63,4 +62,4 @@ class Pi(Harness):
             task,
         ]
         files = {".pi/agent/models.json": dump({"providers": {"polar": provider}})}
-        return Launch(argv, self.base_env(home), files)
+        return Launch(argv, self.base_env(inside), files)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from .base import TOOLS, Endpoint, Harness, Launch, dump
+from .base import Endpoint, Harness, Inside, Launch, dump
 
 
 class QwenCode(Harness):
@@ -12,9 +10,9 @@ class QwenCode(Harness):
     dialects = ("openai_chat",)
     log_files = (".qwen/tmp/**/*.json", ".qwen/tmp/**/*.jsonl")
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         argv = [
-            str(TOOLS / "node/bin/qwen"),
+            *inside.node("qwen"),
             "--auth-type",
             "openai",
             "--openai-api-key",
@@ -34,4 +32,4 @@ class QwenCode(Harness):
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
         }
-        return Launch(argv, self.base_env(home), {".qwen/settings.json": dump(settings)})
+        return Launch(argv, self.base_env(inside), {".qwen/settings.json": dump(settings)})

@@ -7,11 +7,9 @@ script built on any of those SDKs talks to the proxy without knowing it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field, model_validator
 
-from .base import Endpoint, Harness, HarnessSettings, Launch
+from .base import Endpoint, Harness, HarnessSettings, Inside, Launch
 
 
 class ShellSettings(HarnessSettings):
@@ -35,8 +33,8 @@ class Shell(Harness):
         assert self.settings.command is not None
         return self.settings.command
 
-    def launch(self, task: str, endpoint: Endpoint, home: Path, workdir: Path, max_steps: int) -> Launch:
-        env = self.base_env(home) | {
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
+        env = self.base_env(inside) | {
             "POLAR_TASK": task,
             "POLAR_MAX_STEPS": str(max_steps),
             "POLAR_MODEL": endpoint.model,

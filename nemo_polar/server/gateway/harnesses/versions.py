@@ -17,14 +17,15 @@ from dataclasses import dataclass
 class Pin:
     package: str  # the npm package or the Python distribution whose version is checked
     version: str
-    kind: str  # "npm": in .deps/node; "pip": in the venv .deps/<venv>
-    venv: str = ""
+    kind: str  # "npm": in the toolchain's node/; "pip": in the site-packages of the toolchain's <folder>/ Python
+    folder: str = ""
+    setup: str = ""  # the scripts/setup.sh part that installs it (default: node for npm, else the folder)
     extra: tuple[str, ...] = ()  # installed beside it, pinned too (pip requirement strings)
 
     @property
     def part(self) -> str:
         """The scripts/setup.sh part that installs it."""
-        return "node" if self.kind == "npm" else self.venv
+        return self.setup or ("node" if self.kind == "npm" else self.folder)
 
     @property
     def spec(self) -> str:
@@ -39,8 +40,10 @@ PINS: dict[str, Pin] = {
     "pi": Pin("@mariozechner/pi-coding-agent", "0.73.1", "npm"),
     "gemini_cli": Pin("@google/gemini-cli", "0.61.0", "npm"),
     # litellm needs mcp, or a run retries forever on "No module named 'mcp'"
-    "mini_swe_agent": Pin("mini-swe-agent", "2.4.6", "pip", "mini", ("litellm==1.106.2", "mcp==2.3.0")),
-    "openhands": Pin("openhands-sdk", "1.34.0", "pip", "openhands", ("openhands-tools==1.34.0", "litellm==1.106.2")),
+    "mini_swe_agent": Pin("mini-swe-agent", "2.4.6", "pip", "python", "mini", ("litellm==1.106.2", "mcp==2.3.0")),
+    "openhands": Pin(
+        "openhands-sdk", "1.34.0", "pip", "openhands", extra=("openhands-tools==1.34.0", "litellm==1.106.2")
+    ),
 }
 
 

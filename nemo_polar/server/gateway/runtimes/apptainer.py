@@ -1,12 +1,15 @@
 """`ApptainerRuntime`: an Apptainer instance per session, for clusters without a docker engine.
 
 `apptainer instance start --containall` with a per-session writable overlay folder (writes outside
-the binds land there and go with the session), the working copy and HOME bound at their host paths,
-`--net --network none` unless network is "host". For network "proxy", a long-lived forward.py runs
-in the instance (started with `exec`, ready once it prints its line) and bridges 127.0.0.1:PORT to
-the gateway's Unix socket, bound in. Each command is `apptainer exec --cleanenv instance://NAME`
-(the gateway's own environment, credentials included, stays out) in its own process group on the
-host, killed at its deadline. `stop()` kills the forwarder and runs `instance stop`.
+the binds land there and go with the session: the agent can work in the image's own folder, e.g.
+SWE-bench's /testbed, which is root's: add `--fakeroot` through POLAR_APPTAINER_ARGS where the cluster
+allows it), HOME and the working copy bound at fixed paths, the harness toolchain and our scripts
+read-only at /polar/tools and /polar/scripts, the task's volumes, `--nv` for GPUs, `--net --network
+none` unless network is "host". For network "proxy", a long-lived forward.py (the toolchain's Python)
+runs in the instance (started with `exec`, ready once it prints its line) and bridges 127.0.0.1:PORT to
+the gateway's Unix socket, bound in. Each command is `apptainer exec --cleanenv instance://NAME` with
+the task's env (the gateway's own environment, credentials included, stays out) in its own process
+group on the host, killed at its deadline. `stop()` kills the forwarder and runs `instance stop`.
 """
 
 from __future__ import annotations
@@ -14,21 +17,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
 import shutil
 from pathlib import Path
 
 from ....contracts import RuntimeSpec
 from ....sandbox import kill_group, run_group
-from . import forward
-from .base import (
-    CONTAINER_HOME,
-    CONTAINER_WORK,
-    FORWARD_SCRIPT,
-    IN_FORWARD,
-    IN_SOCKET_DIR,
-    ContainerRuntime,
-    forward_argv,
-)
+from ..inside import forward
+from .base import CONTAINER_HOME, Bind, ContainerRuntime, remove_tree
 
 START_TIMEOUT_S = 120.0
 
@@ -42,22 +38,20 @@ def instance_name(session_id: str) -> str:
 
 
 def start_argv(
-    binary: str,
-    spec: RuntimeSpec,
-    name: str,
-    work: Path,
-    home: Path,
-    overlay: Path,
-    socket_dir: Path | None = None,
+    binary: str, spec: RuntimeSpec, name: str, binds: list[Bind], overlay: Path, workdir: str, extra: list[str] = ()
 ) -> list[str]:
     """`apptainer instance start ...` for one session (a pure function)."""
-    argv = [binary, "instance", "start", "--containall", "--overlay", str(overlay)]
-    argv += ["--home", f"{home}:{CONTAINER_HOME}", "--bind", f"{work}:{CONTAINER_WORK}", "--pwd", str(CONTAINER_WORK)]
+    argv = [binary, "instance", "start", "--containall", "--overlay", str(overlay), *extra]
+    for bind in binds:
+        if bind.inside == CONTAINER_HOME:
+            argv += ["--home", f"{bind.host}:{bind.inside}"]
+        else:
+            argv += ["--bind", f"{bind.host}:{bind.inside}" + ("" if bind.writable else ":ro")]
+    argv += ["--pwd", workdir]
     if spec.network != "host":
         argv += ["--net", "--network", "none"]
-    if spec.network == "proxy":
-        assert socket_dir is not None, "network proxy needs the tunnel's socket folder"
-        argv += ["--bind", f"{socket_dir}:{IN_SOCKET_DIR}:ro", "--bind", f"{FORWARD_SCRIPT}:{IN_FORWARD}:ro"]
+    if spec.gpus:
+        argv.append("--nv")
     if spec.cpus is not None:
         argv += ["--cpus", str(spec.cpus)]
     if spec.memory is not None:
@@ -65,11 +59,11 @@ def start_argv(
     return [*argv, "--env", f"HOME={CONTAINER_HOME}", str(spec.image), name]
 
 
-def exec_argv(binary: str, name: str, argv: list[str], env: dict[str, str]) -> list[str]:
+def exec_argv(binary: str, name: str, argv: list[str], env: dict[str, str], workdir: str) -> list[str]:
     """`apptainer exec` of one command in the instance. `env K=V` rather than `--env`, which splits
     its value at commas."""
     pairs = [f"{k}={v}" for k, v in ({"HOME": str(CONTAINER_HOME)} | env).items()]
-    return [binary, "exec", "--cleanenv", "--pwd", str(CONTAINER_WORK), f"instance://{name}", "env", *pairs, *argv]
+    return [binary, "exec", "--cleanenv", "--pwd", workdir, f"instance://{name}", "env", *pairs, *argv]
 
 
 def stop_argv(binary: str, name: str) -> list[str]:
@@ -95,14 +89,9 @@ class ApptainerRuntime(ContainerRuntime):
         try:
             await self._prepare()
             self.overlay.mkdir()
+            extra = shlex.split(os.environ.get("POLAR_APPTAINER_ARGS", ""))
             argv = start_argv(
-                self.binary,
-                self.spec,
-                self.name,
-                self.work,
-                self.home,
-                self.overlay,
-                self.tunnel and self.tunnel.folder,
+                self.binary, self.spec, self.name, self.binds(), self.overlay, str(self.inside_work), extra
             )
             self.started = True  # from here on stop() must stop the instance, even if starting failed
             rc, out, err = await run_group(argv, self._env(), None, START_TIMEOUT_S)
@@ -110,14 +99,16 @@ class ApptainerRuntime(ContainerRuntime):
                 raise RuntimeError(f"apptainer instance start failed ({rc}): {(err or out)[-2000:]}")
             if self.tunnel is not None:
                 await self._start_forwarder()
+            if "PATH" not in self.spec.env:  # the image's own (its %environment, a docker image's ENV)
+                rc, out, _ = await self.exec(["sh", "-c", 'printf %s "$PATH"'], timeout=60)
+                self.path = out.strip() if rc == 0 and out.strip() else self.path
         except BaseException:
             await self.stop()
             raise
 
     async def _start_forwarder(self) -> None:
-        sock = f"{IN_SOCKET_DIR}/proxy.sock"
-        inner = forward_argv("python3", IN_FORWARD, self.listen, sock, ["sleep", "infinity"], ready=True)
-        argv = exec_argv(self.binary, self.name, inner, {})
+        inner = self.forwarded(["sleep", "infinity"], ready=True)
+        argv = exec_argv(self.binary, self.name, inner, {}, str(self.inside_work))
         proc = await asyncio.create_subprocess_exec(
             *argv, env=self._env(), start_new_session=True, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -131,14 +122,14 @@ class ApptainerRuntime(ContainerRuntime):
             kill_group(proc.pid)
             err = await proc.stderr.read()
             raise RuntimeError(
-                f"the proxy forwarder did not start in {self.spec.image!r} (it needs python3; or use "
-                f"runtime.network=host): {err.decode(errors='replace')[-2000:]}"
+                f"the proxy forwarder did not start in {self.spec.image!r} (the toolchain's Python, scripts/setup.sh "
+                f"mini, or the image's python3): {err.decode(errors='replace')[-2000:]}"
             )
 
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
-        full = exec_argv(self.binary, self.name, argv, env or {})
+        full = exec_argv(self.binary, self.name, argv, self.spec.env | (env or {}), str(self.inside_work))
         return await run_group(full, self._env(), None, timeout, self._live.add, self._live.discard)
 
     async def stop(self) -> None:
@@ -155,4 +146,4 @@ class ApptainerRuntime(ContainerRuntime):
         finally:
             if self.tunnel is not None:
                 await self.tunnel.stop()
-            await asyncio.to_thread(shutil.rmtree, self.folder, True)
+            await asyncio.to_thread(remove_tree, self.folder)

@@ -1,5 +1,6 @@
-"""What every runtime shares: the base class, the session folder, and the
-proxy tunnel (the host end of the in-sandbox forwarder, see forward.py)."""
+"""What every runtime shares: the base class, the session folder, the mounts every container-like
+runtime makes (`ContainerRuntime`: docker, apptainer, image), and the proxy tunnel (the host end of the
+in-sandbox forwarder, see inside/forward.py)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,58 @@ import shutil
 import sys
 import tempfile
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit, urlunsplit
 
-from . import forward
+from .. import toolchain
+from ..harnesses.base import Inside
+from ..inside import forward
 
 if TYPE_CHECKING:
     from ....contracts import RuntimeSpec
 
 FORWARD_SCRIPT = Path(forward.__file__)
-# where docker and apptainer mount the session's folders (the local runtime: see local.py), the
-# tunnel's socket folder and the forwarder
+# where docker, apptainer and image mount the session's folders (the local runtime: see local.py), the
+# harness toolchain, our in-sandbox scripts and the tunnel's socket folder
 CONTAINER_WORK, CONTAINER_HOME = Path("/polar/work"), Path("/polar/home")
-IN_SOCKET_DIR, IN_FORWARD = "/polar/proxy", "/polar/forward.py"
+CONTAINER_TOOLS, CONTAINER_SCRIPTS = Path("/polar/tools"), Path("/polar/scripts")
+IN_SOCKET_DIR, IN_FORWARD = "/polar/proxy", f"/polar/scripts/{FORWARD_SCRIPT.name}"
 HOST_PYTHON = sys.executable
+# the PATH of an image that names none (a root filesystem folder), as Debian's login shells set it
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Bind:
+    host: Path
+    inside: Path
+    writable: bool = False
 
 
 class Runtime(ABC):
-    """A session's sandbox. `work` and `home` are host paths, and the same paths inside.
+    """A session's sandbox. `work` and `home` are host folders; `inside_*` are where its commands see them.
 
     A task names its runtime by `runtime.kind` (`nemo_polar.plugins.RUNTIMES`, or a subclass of yours
     as 'package.module:Class'); the node builds it with `from_spec`, the same call for every kind."""
 
-    work: Path  # host paths
+    work: Path | None  # host paths; work is None when the working copy is the image's own folder
     home: Path
     # The same folders as the commands see them: a fixed path per runtime kind, so that nothing
     # before a session's first model call differs between the samples of a task (harnesses put
     # their working directory in the system prompt, and GRPO groups samples by the first prompt).
     inside_work: Path
     inside_home: Path
+    inside_tools: Path = toolchain.TOOLS  # the harness toolchain
+    inside_scripts: Path = toolchain.SCRIPTS  # our in-sandbox scripts (forward.py, openhands_runner.py)
+    path: str = DEFAULT_PATH  # PATH inside, before a harness adds the toolchain's node
+    in_image: bool = False  # commands see an image's root filesystem: the evaluators grade in it too
     proxy_url: str | None  # how commands inside reach the proxy (None: they cannot)
+
+    def inside(self) -> Inside:
+        """What a harness's launch is written against."""
+        return Inside(self.inside_home, self.inside_work, self.inside_tools, self.inside_scripts, self.path)
 
     @classmethod
     def from_spec(cls, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
@@ -65,14 +87,24 @@ class Runtime(ABC):
 
 
 class ContainerRuntime(Runtime):
-    """What docker and apptainer share: the session's folders under `root`, bound at fixed paths inside,
-    and for network "proxy" the tunnel to the proxy (network "host" reaches it directly)."""
+    """What docker, apptainer and image share: the session's folders under `root`, bound at fixed paths
+    inside with the harness toolchain and our scripts (read-only), the task's working directory and
+    environment, and for network "proxy" the tunnel to the proxy (network "host" reaches it directly).
+
+    The agent works in `spec.workdir` (default /polar/work): a copy of `spec.repo` bound there, or, with no
+    repo, the image's own folder (e.g. SWE-bench's /testbed), where `work` is None and the patch is read
+    inside."""
+
+    in_image = True
 
     def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
         self.spec = spec
         self.folder = Path(root).resolve() / session_id
-        self.work, self.home = self.folder / "work", self.folder / "home"
-        self.inside_work, self.inside_home = CONTAINER_WORK, CONTAINER_HOME
+        self.home = self.folder / "home"
+        self.work = self.folder / "work" if spec.repo or not spec.workdir else None
+        self.inside_work, self.inside_home = Path(spec.workdir or CONTAINER_WORK), CONTAINER_HOME
+        self.inside_tools, self.inside_scripts = CONTAINER_TOOLS, CONTAINER_SCRIPTS
+        self.path = spec.env.get("PATH", DEFAULT_PATH)  # the image's own, where it says, once started
         self.tunnel: ProxyTunnel | None = None
         self.proxy_url, self.listen = (proxy_url if spec.network == "host" else None), []
         if spec.network == "proxy" and proxy_url:
@@ -83,6 +115,34 @@ class ContainerRuntime(Runtime):
     def sandboxed(self) -> bool:
         return True
 
+    def binds(self) -> list[Bind]:
+        """Every folder bound into the sandbox: HOME, the working copy (when it is ours), the toolchain and
+        our scripts, the tunnel's socket folder, and the task's volumes."""
+        out = [Bind(self.home, self.inside_home, True)]
+        if self.work is not None:
+            out.append(Bind(self.work, self.inside_work, True))
+        if toolchain.TOOLS.is_dir():
+            out.append(Bind(toolchain.TOOLS.resolve(), CONTAINER_TOOLS))
+        out.append(Bind(toolchain.SCRIPTS, CONTAINER_SCRIPTS))
+        if self.tunnel is not None and self.tunnel.folder is not None:
+            out.append(Bind(self.tunnel.folder, Path(IN_SOCKET_DIR)))  # connect() needs no write access
+        out += [Bind(Path(host), Path(inside), rw) for host, inside, rw in self.spec.binds]
+        return out
+
+    def python(self) -> str:
+        """The Python that runs our scripts inside: the toolchain's, else the image's python3."""
+        return str(CONTAINER_TOOLS / toolchain.PYTHON) if (toolchain.TOOLS / toolchain.PYTHON).exists() else "python3"
+
+    def forwarded(self, argv: list[str], ready: bool = False) -> list[str]:
+        """`argv` behind the proxy forwarder (network "proxy"), else as it is."""
+        if not self.listen:
+            return list(argv)
+        return forward_argv(self.python(), IN_FORWARD, self.listen, f"{IN_SOCKET_DIR}/proxy.sock", argv, ready)
+
+    def command_env(self, env: dict[str, str] | None) -> dict[str, str]:
+        """A command's environment: HOME, the task's env, then the command's own."""
+        return {"HOME": str(self.inside_home)} | self.spec.env | (env or {})
+
     async def _prepare(self) -> None:
         """The session's folders (a copy of `spec.repo` as its working copy) and the tunnel's socket."""
         repo = Path(self.spec.repo) if self.spec.repo else None
@@ -91,13 +151,27 @@ class ContainerRuntime(Runtime):
             await self.tunnel.start()
 
 
-def make_folders(folder: Path, work: Path, home: Path, repo: Path | None) -> None:
+def make_folders(folder: Path, work: Path | None, home: Path, repo: Path | None) -> None:
     folder.mkdir(parents=True, exist_ok=False)  # a reused id would mix two sessions' files
-    if repo is not None:
+    if work is not None and repo is not None:
         shutil.copytree(repo, work, symlinks=True)
-    else:
+    elif work is not None:
         work.mkdir()
     home.mkdir()
+
+
+def remove_tree(path: Path) -> None:
+    """rmtree that also removes what a sandbox left unwritable (overlayfs's work folders are mode 000)."""
+
+    def retry(func, name, _exc) -> None:
+        try:
+            os.chmod(os.path.dirname(name), 0o700)
+            os.chmod(name, 0o700)
+            func(name)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=retry)
 
 
 # --- the proxy, seen from inside a sandbox without a network ------------------------------------

@@ -1,12 +1,14 @@
 """`DockerRuntime`: a container per session from the task's image, through the Docker SDK.
 
-The working copy and HOME are host folders bind-mounted at the same paths (configs written on the
-host mean the same inside). Network "proxy" is `network_mode="none"` plus forward.py as the
-container's first process, bridging 127.0.0.1:PORT to the gateway's Unix socket (bind-mounted).
-Trade-off, chosen over an internal docker network: no route to anything at all, not even other
-sessions' containers or the docker host, and no network objects to create or leak; the price is that
-the image needs a `python3` (checked at start, with a clear error). Images without one can use
-network "host" (no isolation) until a static forwarder exists.
+HOME (and the working copy, when the task brings its repo) are host folders bind-mounted at fixed
+paths; the harness toolchain and our scripts are bound read-only at /polar/tools and /polar/scripts, so
+a harness needs nothing from the image. The agent works in `runtime.workdir` (the image's own folder,
+e.g. /testbed, when the task has no repo; the container then runs as the image's user, and HOME is
+handed back to the gateway's uid before the container goes). Network "proxy" is `network_mode="none"`
+plus forward.py (run by the toolchain's Python) as the container's first process, bridging
+127.0.0.1:PORT to the gateway's Unix socket (bind-mounted). Trade-off, chosen over an internal docker
+network: no route to anything at all, not even other sessions' containers or the docker host, and no
+network objects to create or leak.
 
 Each exec runs under `timeout -k 2 T` (coreutils or busybox): it puts the command in its own
 process group and signals the whole group at the deadline. `stop()` removes the container with
@@ -18,23 +20,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from ....contracts import RuntimeSpec
 from ....sandbox import TIMEOUT_RC
-from . import forward
-from .base import (
-    CONTAINER_HOME,
-    CONTAINER_WORK,
-    FORWARD_SCRIPT,
-    IN_FORWARD,
-    IN_SOCKET_DIR,
-    ContainerRuntime,
-    forward_argv,
-)
+from ..inside import forward
+from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, remove_tree
 
 START_TIMEOUT_S = 60.0
 KILL_AFTER_S = 2
@@ -45,25 +38,9 @@ def container_name(session_id: str) -> str:
 
 
 def container_kwargs(
-    spec: RuntimeSpec,
-    name: str,
-    work: Path,
-    home: Path,
-    socket_dir: Path | None = None,
-    listen: list[str] | None = None,
-    user: str | None = None,
+    spec: RuntimeSpec, name: str, binds: list[Bind], command: list[str], workdir: str, user: str | None = None
 ) -> dict[str, Any]:
     """The keyword arguments of `client.containers.run` for one session (a pure function)."""
-    volumes = {
-        str(work): {"bind": str(CONTAINER_WORK), "mode": "rw"},
-        str(home): {"bind": str(CONTAINER_HOME), "mode": "rw"},
-    }
-    command = ["sleep", "infinity"]
-    if spec.network == "proxy":
-        assert socket_dir is not None and listen, "network proxy needs the tunnel's socket folder"
-        volumes[str(socket_dir)] = {"bind": IN_SOCKET_DIR, "mode": "ro"}
-        volumes[str(FORWARD_SCRIPT)] = {"bind": IN_FORWARD, "mode": "ro"}
-        command = forward_argv("python3", IN_FORWARD, listen, f"{IN_SOCKET_DIR}/proxy.sock", command, ready=True)
     kwargs: dict[str, Any] = {
         "image": spec.image,
         "name": name,
@@ -71,9 +48,9 @@ def container_kwargs(
         "detach": True,
         "init": True,  # reaps the zombies of exec'd commands
         "network_mode": "host" if spec.network == "host" else "none",
-        "volumes": volumes,
-        "working_dir": str(CONTAINER_WORK),
-        "environment": {"HOME": str(CONTAINER_HOME)},
+        "volumes": {str(b.host): {"bind": str(b.inside), "mode": "rw" if b.writable else "ro"} for b in binds},
+        "working_dir": workdir,
+        "environment": {"HOME": str(CONTAINER_HOME)} | spec.env,
         "labels": {"nemo_polar.session": name},
         "user": user,  # the gateway's uid: files in the working copy stay ours to read and remove
     }
@@ -81,6 +58,8 @@ def container_kwargs(
         kwargs["nano_cpus"] = int(spec.cpus * 1e9)
     if spec.memory is not None:
         kwargs["mem_limit"] = kwargs["memswap_limit"] = spec.memory  # equal: no swap on top
+    if spec.gpus:
+        kwargs["device_requests"] = [{"Driver": "", "Count": spec.gpus, "Capabilities": [["gpu"]]}]
     return kwargs
 
 
@@ -99,21 +78,20 @@ class DockerRuntime(ContainerRuntime):
         self.client = docker.from_env()
         self.container = None
 
+    @property
+    def user(self) -> str | None:
+        """The gateway's uid, unless the agent works in the image's own folder (its owner's, e.g. root's)."""
+        return None if self.work is None else f"{os.getuid()}:{os.getgid()}"
+
     async def start(self) -> None:
         try:
             await self._prepare()
-            kwargs = container_kwargs(
-                self.spec,
-                self.name,
-                self.work,
-                self.home,
-                self.tunnel.folder if self.tunnel else None,
-                self.listen,
-                f"{os.getuid()}:{os.getgid()}",
-            )
+            command = self.forwarded(["sleep", "infinity"], ready=True)
+            kwargs = container_kwargs(self.spec, self.name, self.binds(), command, str(self.inside_work), self.user)
             self.container = await asyncio.to_thread(self.client.containers.run, **kwargs)
             if self.tunnel is not None:
                 await asyncio.to_thread(self._wait_ready)
+            self.path = image_path(self.container.attrs, self.spec)
         except BaseException:
             await self.stop()
             raise
@@ -127,8 +105,8 @@ class DockerRuntime(ContainerRuntime):
                 return
             if self.container.status == "exited":
                 raise RuntimeError(
-                    f"the proxy forwarder did not start in image {self.spec.image!r} (it needs python3; "
-                    f"or use runtime.network=host): {logs[-2000:]}"
+                    f"the proxy forwarder did not start in image {self.spec.image!r} (the toolchain's Python, "
+                    f"scripts/setup.sh mini, or the image's python3): {logs[-2000:]}"
                 )
             time.sleep(0.05)
         raise TimeoutError(f"the proxy forwarder in {self.name} was not ready after {START_TIMEOUT_S:.0f} s")
@@ -141,8 +119,8 @@ class DockerRuntime(ContainerRuntime):
         run = asyncio.to_thread(
             self.container.exec_run,
             exec_argv(argv, timeout),
-            environment={"HOME": str(CONTAINER_HOME)} | (env or {}),
-            workdir=str(CONTAINER_WORK),
+            environment=self.command_env(env),
+            workdir=str(self.inside_work),
             demux=True,
         )
         # a backstop past the in-container deadline: a wedged exec is ended by stop() removing the container
@@ -160,13 +138,30 @@ class DockerRuntime(ContainerRuntime):
         try:
             if self.container is not None:
                 container, self.container = self.container, None
+                if self.user is None:  # files the image's user wrote into HOME: the gateway's again
+                    await asyncio.to_thread(_hand_back, container, f"{os.getuid()}:{os.getgid()}")
                 await asyncio.to_thread(_remove, container)
             else:  # a start that failed before `run` returned may still have created it
                 await asyncio.to_thread(_remove_by_name, self.client, self.name)
         finally:
             if self.tunnel is not None:
                 await self.tunnel.stop()
-            await asyncio.to_thread(shutil.rmtree, self.folder, True)
+            await asyncio.to_thread(remove_tree, self.folder)
+
+
+def image_path(attrs: dict[str, Any], spec: RuntimeSpec) -> str:
+    """PATH inside: the task's, else the image's own (its config's Env), else Debian's default."""
+    for item in (attrs.get("Config") or {}).get("Env") or []:
+        if item.startswith("PATH="):
+            return spec.env.get("PATH", item.removeprefix("PATH="))
+    return spec.env.get("PATH", DEFAULT_PATH)
+
+
+def _hand_back(container: Any, owner: str) -> None:
+    try:
+        container.exec_run(["chown", "-R", owner, str(CONTAINER_HOME)], user="0")
+    except Exception:  # noqa: BLE001 - best effort: the container goes anyway
+        pass
 
 
 def _remove(container: Any) -> None:

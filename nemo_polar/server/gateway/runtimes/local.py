@@ -2,7 +2,8 @@
 own process group, under bubblewrap when it is installed.
 
 With bubblewrap: the host read-only, a private /tmp, the two folders writable at fixed paths on
-it (/tmp/polar/work and /tmp/polar/home, the same in every session), and by default (network "proxy") a network
+it (/tmp/polar/work and /tmp/polar/home, the same in every session), the harness toolchain and our
+scripts read-only beside them (/tmp/polar/tools, /tmp/polar/scripts), and by default (network "proxy") a network
 namespace of its own with only loopback, in which forward.py listens at the proxy's host:port and
 pipes to the gateway through a Unix socket. Without bubblewrap: plain processes, no isolation.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from ....sandbox import bwrap_argv, kill_group, run_group
+from .. import toolchain
 from .base import (
     FORWARD_SCRIPT,
     HOST_PYTHON,
@@ -26,6 +28,7 @@ from .base import (
     forward_argv,
     inside_url,
     make_folders,
+    remove_tree,
 )
 
 if TYPE_CHECKING:
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nemo_polar.gateway")
 IN_WORK, IN_HOME = Path("/tmp/polar/work"), Path("/tmp/polar/home")
+IN_TOOLS, IN_SCRIPTS = Path("/tmp/polar/tools"), Path("/tmp/polar/scripts")
 
 
 class LocalRuntime(Runtime):
@@ -45,6 +49,7 @@ class LocalRuntime(Runtime):
             session_id=session_id,
             proxy_url=proxy_url,
             network=spec.network,
+            env=spec.env,
         )
 
     def __init__(
@@ -55,6 +60,7 @@ class LocalRuntime(Runtime):
         session_id: str | None = None,
         proxy_url: str | None = None,
         network: str = "proxy",
+        env: dict[str, str] | None = None,
     ) -> None:
         self.folder = Path(root).resolve() / (session_id or uuid.uuid4().hex)
         self.work, self.home = self.folder / "work", self.folder / "home"
@@ -63,6 +69,8 @@ class LocalRuntime(Runtime):
         if sandbox and self.bwrap is None:
             log.warning("bubblewrap is not installed: sessions run as plain processes, with no isolation")
         self.network = network
+        self.env = dict(env or {})
+        self.path = self.env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
         self.tunnel: ProxyTunnel | None = None
         self.proxy_url, self.listen = proxy_url, []
         if self.bwrap and network == "proxy" and proxy_url:
@@ -72,6 +80,8 @@ class LocalRuntime(Runtime):
             self.proxy_url = None
         # under bubblewrap the session's folders sit at fixed paths on the sandbox's private /tmp
         self.inside_work, self.inside_home = (IN_WORK, IN_HOME) if self.bwrap else (self.work, self.home)
+        if self.bwrap:
+            self.inside_tools, self.inside_scripts = IN_TOOLS, IN_SCRIPTS
         self.pids: list[int] = []  # every process group this runtime started (its leaders' pids)
         self._live: set[int] = set()
 
@@ -93,15 +103,18 @@ class LocalRuntime(Runtime):
                 raise
 
     def base_env(self) -> dict[str, str]:
-        return {"HOME": str(self.inside_home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        return {"HOME": str(self.inside_home), "PATH": self.path, "LANG": "C.UTF-8"} | self.env
 
     def wrap(self, argv: list[str]) -> list[str]:
         if self.bwrap is None:
             return list(argv)
         extra: list[str] = []
+        if toolchain.TOOLS.is_dir():
+            extra += ["--ro-bind", str(toolchain.TOOLS.resolve()), str(IN_TOOLS)]
+        extra += ["--ro-bind", str(toolchain.SCRIPTS), str(IN_SCRIPTS)]
         if self.tunnel is not None:
             sock_dir = str(self.tunnel.folder)
-            extra = ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
+            extra += ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
             argv = forward_argv(HOST_PYTHON, str(FORWARD_SCRIPT), self.listen, str(self.tunnel.socket_path), argv)
         writable = [(self.work, self.inside_work), (self.home, self.inside_home)]
         return bwrap_argv(self.bwrap, argv, writable, self.inside_work, network=not self.isolated_network, extra=extra)
@@ -124,4 +137,4 @@ class LocalRuntime(Runtime):
             kill_group(pid)
         if self.tunnel is not None:
             await self.tunnel.stop()
-        await asyncio.to_thread(shutil.rmtree, self.folder, True)
+        await asyncio.to_thread(remove_tree, self.folder)

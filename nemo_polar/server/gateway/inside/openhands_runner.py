@@ -1,6 +1,6 @@
 """Runs one OpenHands SDK agent on one task, in a local workspace (no docker, no agent server).
 
-Run by the OpenHands venv's Python 3.12 (.deps/openhands/bin/python), not by nemo_polar's own, so
+Run by the toolchain's Python 3.12 (tools/openhands/bin/python3), not by nemo_polar's own, so
 it imports nothing from nemo_polar. The key comes from POLAR_API_KEY (not argv, which `ps` shows):
 
     python openhands_runner.py --base-url URL/v1 --model M --workdir DIR --max-steps N \

@@ -1,0 +1,194 @@
+"""`polar runtime check`: every harness configuration makes a model call through the proxy from inside
+a runtime, and leaves nothing behind.
+
+    polar runtime check --runtime image --json     # {"harnesses": 11, "ran": 11, "failures": []}
+
+One session per configuration (Pi on its four APIs, Codex, Claude Code, Qwen Code, Gemini CLI,
+mini-swe-agent, OpenHands, and `shell` with an agent that is a bash one-liner: the image needs no
+Python for it), a few at a time, each in its own sandbox of the runtime, against the proxy in front of
+vLLM (started on the tiny model unless `--upstream` names a server). A configuration ran when the proxy
+recorded at least one answered call of its session. Afterwards no process may still run and nothing may
+be mounted under the check's folder, and every session folder must be gone; anything left is a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import ProxyConfig
+from ..contracts import HarnessSpec, RuntimeSpec
+from ..errors import HarnessNotInstalled
+from ..local.vllm_server import VLLMServer
+from ..proxy.serve import ProxyThread, free_port
+from .gateway.harnesses import Endpoint
+from .gateway.harnesses.install import check_install
+from .gateway.runtimes import make_runtime
+from .gateway.stages import harness_for
+
+DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / ".deps"))
+ROOTFS = DEPS / "rootfs" / "bookworm"  # scripts/setup.sh rootfs: Debian minbase, no python, no node
+TASK = "Say hello in one word."
+GRACE_S = 5.0
+# the `shell` harness's agent: one Chat Completions call over bash's /dev/tcp, nothing but bash needed
+SHELL_AGENT = r"""bash -c '
+u=${OPENAI_BASE_URL#http://}; hp=${u%%/*}; host=${hp%:*}; port=${hp##*:}
+body="{\"model\": \"$POLAR_MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"Say hello.\"}]}"
+form="POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+form="${form}Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+exec 3<>/dev/tcp/$host/$port
+printf "$form" "$hp" "$OPENAI_API_KEY" "${#body}" "$body" >&3
+head -c 600 <&3 | head -1 | grep -q " 200 "
+'"""
+CONFIGS: dict[str, dict[str, Any]] = {
+    **{f"pi-{d}": {"name": "pi", "dialect": d} for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
+    "codex": {"name": "codex"},
+    "claude_code": {"name": "claude_code"},
+    "qwen_code": {"name": "qwen_code"},
+    "gemini_cli": {"name": "gemini_cli"},
+    "mini_swe_agent": {"name": "mini_swe_agent"},
+    "openhands": {"name": "openhands"},
+    "shell": {"name": "shell", "command": SHELL_AGENT},
+}
+
+
+def runtime_spec(kind: str, image: str | None = None) -> RuntimeSpec:
+    if kind == "image":
+        return RuntimeSpec(kind="image", image=image or str(ROOTFS))
+    return RuntimeSpec(kind=kind, image=image)
+
+
+def check(
+    spec: RuntimeSpec,
+    upstream_url: str | None = None,
+    only: list[str] | None = None,
+    parallel: int = 3,
+    timeout_s: float = 300.0,
+) -> dict[str, Any]:
+    """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds")."""
+    names = only or list(CONFIGS)
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown:
+        raise ValueError(f"unknown harness configurations {unknown}: choose from {list(CONFIGS)}")
+    t0 = time.monotonic()
+    vllm = None
+    if upstream_url is None:
+        folder = Path(tempfile.mkdtemp(prefix="polar-check-vllm-"))
+        vllm = VLLMServer(port=free_port(), log_path=folder / "vllm.log")
+        vllm.start(300)
+        upstream_url = vllm.url
+    try:
+        with tempfile.TemporaryDirectory(prefix="polar-check-") as tmp:
+            out = asyncio.run(_check_all(spec, upstream_url, names, Path(tmp), parallel, timeout_s))
+    finally:
+        if vllm is not None:
+            vllm.stop()
+    return out | {"seconds": round(time.monotonic() - t0, 1)}
+
+
+async def _check_all(
+    spec: RuntimeSpec, upstream_url: str, names: list[str], root: Path, parallel: int, timeout_s: float
+) -> dict[str, Any]:
+    config = ProxyConfig.model_validate(
+        {
+            "port": 0,
+            "store": {"path": str(root / "records.sqlite")},
+            "limits": {"max_tokens": 64},
+            "upstream": {"url": upstream_url, "engine": "vllm", "timeout_s": 300},
+        }
+    )
+    gate = asyncio.Semaphore(parallel)
+    pids: list[int] = []
+    with ProxyThread(config) as proxy:
+        outcomes = await asyncio.gather(
+            *(_one(gate, name, spec, proxy, root / "sessions", timeout_s, pids) for name in names)
+        )
+    failures = [o for o in outcomes if o is not None]
+    failures += leftovers(root, pids)
+    ran = sum(o is None for o in outcomes)
+    return {"harnesses": len(names), "ran": ran, "failures": failures}
+
+
+async def _one(
+    gate: asyncio.Semaphore, name: str, spec: RuntimeSpec, proxy: ProxyThread, root: Path, timeout_s: float, pids: list
+) -> dict[str, Any] | None:
+    async with gate:
+        harness = harness_for(HarnessSpec(**CONFIGS[name], max_steps=2))
+        try:
+            await asyncio.to_thread(check_install, harness)
+        except HarnessNotInstalled as exc:
+            return {"harness": name, "why": str(exc)}
+        session = proxy.proxy.sessions.open(metadata={"runtime_check": name})
+        runtime = make_runtime(spec, root, name, proxy.url)
+        t0 = time.monotonic()
+        try:
+            await runtime.start()
+            launch = harness.launch(
+                TASK, Endpoint(runtime.proxy_url or proxy.url, session.api_key), runtime.inside(), 2
+            )
+            launch.write_files(runtime.home)
+            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a failed start is this configuration's failure
+            return {"harness": name, "why": f"{type(exc).__name__}: {exc}"}
+        finally:
+            pids += getattr(runtime, "pids", [])
+            await runtime.stop()
+        proxy.proxy.store.flush()
+        answered = [r for r in proxy.proxy.store.records(session.id) if r.status == "ok"]
+        if not answered:
+            tail = (err or out).strip()[-1500:]
+            return {"harness": name, "why": "no answered model call through the proxy", "rc": rc, "tail": tail}
+        print(f"{name}: {len(answered)} call(s), rc {rc}, {time.monotonic() - t0:.1f} s", file=sys.stderr)
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def leftovers(root: Path, pids: list[int]) -> list[dict[str, Any]]:
+    """Processes still alive from the sessions' groups or naming the check's folder, mounts under it,
+    and session folders not removed."""
+    found = []
+    deadline = time.monotonic() + GRACE_S  # killed processes are reaped by their new parent a moment later
+    for pid in pids:
+        while _group_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _group_alive(pid):
+            found.append({"harness": "*", "why": f"process group {pid} is still alive"})
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(root) in cmdline and int(proc.name) != os.getpid():
+            found.append({"harness": "*", "why": f"process {proc.name} left behind: {cmdline[:200]}"})
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(root) in line]
+    found += [{"harness": "*", "why": f"left mounted: {line[:200]}"} for line in mounts]
+    sessions = root / "sessions"
+    if sessions.is_dir():
+        found += [{"harness": p.name, "why": f"session folder not removed: {p}"} for p in sessions.iterdir()]
+    return found
+
+
+def main(kind: str, image: str | None, upstream: str | None, only: list[str] | None, as_json: bool) -> int:
+    result = check(runtime_spec(kind, image), upstream, only)
+    if as_json:
+        print(json.dumps({k: result[k] for k in ("harnesses", "ran", "failures")}))
+    else:
+        print(f"{result['ran']} of {result['harnesses']} harness configurations ran in {kind} ({result['seconds']} s)")
+        for failure in result["failures"]:
+            print(
+                f"  {failure['harness']}: {failure['why']}" + (f"\n    {failure['tail']}" if "tail" in failure else "")
+            )
+    return 0 if not result["failures"] and result["ran"] == result["harnesses"] else 1
