@@ -74,3 +74,17 @@ def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tm
     assert late.status_code == 401
     kept = httpx.get(f"{proxy.url}/admin/sessions/{opened.id}/completions").json()["data"]
     assert len(kept) == 1 and kept[0]["status"] == "ok"
+
+
+def test_a_failure_of_the_node_in_run_is_masked_not_scored(proxy, tmp_path, monkeypatch):
+    """The harness could not even be launched (a bug, a broken install): the node's fault, so the session
+    is masked; a reward of 0 would train the policy on an infrastructure failure."""
+    from nemo_polar.server.gateway.harnesses import shell
+
+    def broken(self, *args, **kwargs):
+        raise OSError("the toolchain is not mounted")
+
+    monkeypatch.setattr(shell.Shell, "launch", broken)
+    result = run_one(proxy, tmp_path, _request("s-3", name="shell", command="true"))
+    assert result.status is SessionState.ERROR and result.masked and result.reward is None
+    assert "OSError: the toolchain is not mounted" in result.error

@@ -108,20 +108,20 @@ class HarnessStages:
         work = job.data
         task, runtime, opened = work.request.task, work.runtime, work.proxy_session
         assert runtime is not None and opened is not None
-        harness = harness_for(task.harness)
-        try:
+        try:  # anything that fails here is the node's doing, not the agent's: masked, never scored 0
+            harness = harness_for(task.harness)
             work.harness_version = await asyncio.to_thread(check_install, harness)
-        except HarnessNotInstalled as exc:
-            work.infra_error = str(exc)
+            launch = harness.launch(
+                task.instruction,
+                Endpoint(runtime.proxy_url or self.proxy_url, opened.api_key),
+                runtime.inside(),  # paths as the harness sees them; its files are written on the host side
+                task.harness.max_steps,
+            )
+            launch.write_files(runtime.home)
+            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=job.agent_timeout_s)
+        except Exception as exc:
+            work.infra_error = str(exc) if isinstance(exc, HarnessNotInstalled) else f"{type(exc).__name__}: {exc}"
             raise
-        launch = harness.launch(
-            task.instruction,
-            Endpoint(runtime.proxy_url or self.proxy_url, opened.api_key),
-            runtime.inside(),  # paths as the harness sees them; its files are written on the host side
-            task.harness.max_steps,
-        )
-        launch.write_files(runtime.home)
-        rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=job.agent_timeout_s)
         work.exit_code, work.agent_timed_out = rc, rc == TIMEOUT_RC
         work.stdout_tail, work.stderr_tail = out[-STREAM_TAIL:], err[-STREAM_TAIL:]
         folder = self.root / "logs" / job.session_id
