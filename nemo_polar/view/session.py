@@ -129,7 +129,7 @@ def trace_tokens(
         r = records.get(seg.record_id)
         sampled = r.completion_logprobs if r is not None else t.response_logprobs[seg.start : seg.end]
         for k, lp in enumerate(sampled[: seg.end - seg.start]):
-            logprobs[n + seg.start + k] = round(lp, 5)
+            logprobs[n + seg.start + k] = lp
             if not seg.trained:
                 kinds[n + seg.start + k] = ord("o")
         segments.append(

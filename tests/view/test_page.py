@@ -78,7 +78,8 @@ def test_the_session_list_renders(up_run, view, open_page):
 
 def test_each_sessions_tree_has_the_chains_the_builder_produced(up_run, view, open_page):
     _, results = up_run
-    assert {r["result"]["stats"]["traces"] for r in results if "shell" in r["task_id"]} == {2}  # its sub-agent
+    # the sub-agent is a second chain; a sampled answer that does not re-render the same makes a third
+    assert all(r["result"]["stats"]["traces"] >= 2 for r in results if "shell" in r["task_id"])
     p = open_page(view.url)
     for r in results:
         sid, stats = r["session_id"], r["result"]["stats"]
@@ -110,7 +111,7 @@ def test_a_trained_tokens_colour_differs_from_a_context_tokens(up_run, view, ope
     first = min(store.records(r["result"]["proxy_session_id"]), key=lambda c: c.seq)
     store.close()
     position = len(first.prompt_token_ids)  # the first trained token follows the first prompt
-    assert f"position {position}" in tip and "response position 0" in tip
+    assert f"position {position:,}" in tip and "response position 0" in tip
     assert f"logprob {first.completion_logprobs[0]:.4f}" in tip and "sampled by call #0" in tip
 
 
