@@ -72,13 +72,17 @@ class VLLMServer:
             raise FileNotFoundError(f"{self.python} missing: run scripts/setup.sh")
         if not (self.model / "config.json").exists():
             raise FileNotFoundError(f"no model in {self.model}: run scripts/setup.sh (or polar model build)")
-        env = os.environ | {
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"),
-            "TOKENIZERS_PARALLELISM": "false",
-        } | ({"VLLM_SERVER_DEV_MODE": "1"} if self.dev_mode else {})
+        env = (
+            os.environ
+            | {
+                "HF_HUB_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1",
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"),
+                "TOKENIZERS_PARALLELISM": "false",
+            }
+            | ({"VLLM_SERVER_DEV_MODE": "1"} if self.dev_mode else {})
+        )
         if self.log_path:
             Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
@@ -115,7 +119,6 @@ class VLLMServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
 
     def reload_weights(self) -> bool:
         """Load the weights now in the model folder into the running server, in place (dev mode), and

@@ -97,7 +97,7 @@ def _rows(cfg: UpConfig) -> list[tuple[str, str, dict, RuntimeSpec]]:
         out = []
         for i, data in enumerate(rows):
             row = parse_row(data, f"{path}:{i + 1}")
-            runtime = cfg.runtime.model_copy(update={"repo": row.repo_path}) if row.repo_path else cfg.runtime
+            runtime = RuntimeSpec.model_validate(row.runtime(cfg.runtime))  # local: repo_path; else its image
             out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime))
         return out
     return [

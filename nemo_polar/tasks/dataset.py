@@ -3,6 +3,13 @@
 A row: `instance_id`, `repo`, `base_commit`, `problem_statement`, `patch` (the reference fix),
 `test_patch` (hidden tests), `FAIL_TO_PASS`, `PASS_TO_PASS` (JSON strings as in SWE-bench, or lists),
 optional `repo_path` (a local copy of the repo at `base_commit`); other keys are kept.
+
+A row runs one of two ways (`TaskRow.runtime`):
+- on this machine (`local`): its `repo_path` copied as the working copy;
+- in its instance image (docker, apptainer, image): the image SWE-bench names for it (or the row's own
+  `image`), the agent in the image's repository (`workdir`, SWE-bench's /testbed), the image's Python
+  first on PATH, and set-up steps from the row: `git reset --hard <base_commit>` (or the row's own
+  `prepare` / `eval_prepare`). The `swebench` evaluator then grades in a fresh sandbox of the same image.
 """
 
 from __future__ import annotations
@@ -13,9 +20,16 @@ from typing import Any
 
 from pydantic import Field
 
-from ..contracts import TaskSpec
+from ..contracts import IMAGE_KINDS, RuntimeSpec, TaskSpec
 from ..errors import ConfigError
 from ..evaluators.row import EvalRow
+
+# How SWE-bench's instance images are laid out (swebench.harness: the repository at /testbed, its
+# environment the conda env `testbed`); SWE-Gym's images are built the same way.
+SWE_WORKDIR = "/testbed"
+SWE_PATH = (
+    "/opt/miniconda3/envs/testbed/bin:/opt/miniconda3/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
 
 
 class TaskRow(EvalRow):
@@ -25,17 +39,59 @@ class TaskRow(EvalRow):
     problem_statement: str = Field(min_length=1)
     patch: str = ""
 
-    def task_spec(self, harness: dict[str, Any], evaluator: str = "tests", **task: Any) -> TaskSpec:
-        """A TaskSpec for this row: the issue as the instruction, the row as `fields`."""
+    def task_spec(
+        self,
+        harness: dict[str, Any],
+        evaluator: str = "tests",
+        runtime: RuntimeSpec | dict[str, Any] | None = None,
+        **task: Any,
+    ) -> TaskSpec:
+        """A TaskSpec for this row: the issue as the instruction, the row as `fields`, the runtime as
+        `runtime` (the default: local) says, completed from the row (`runtime()`)."""
         return TaskSpec(
             task_id=task.pop("task_id", self.instance_id),
             instruction=self.problem_statement,
             fields=self.model_dump(mode="json"),
             harness=harness,
-            runtime={"repo": self.repo_path} if self.repo_path else {},
+            runtime=self.runtime(runtime),
             evaluator={"kind": evaluator, "config": task.pop("evaluator_config", {})},
             **task,
         )
+
+    def runtime(self, base: RuntimeSpec | dict[str, Any] | None = None, namespace: str = "swebench") -> dict[str, Any]:
+        """`base` (a runtime block) completed for this row: for `local`, its repo_path as the working copy;
+        for an image kind, `image_runtime`'s keys under those `base` already sets."""
+        spec = dict(base.model_dump(exclude_defaults=True) if isinstance(base, RuntimeSpec) else base or {})
+        if spec.get("kind", "local") in IMAGE_KINDS:
+            return self.image_runtime(spec.get("kind", "docker"), namespace) | spec
+        return spec | ({"repo": self.repo_path} if self.repo_path else {})
+
+    def image_runtime(self, kind: str = "docker", namespace: str = "swebench") -> dict[str, Any]:
+        """The row's instance image, where the agent works in it, its environment and its set-up steps."""
+        extra = self.model_extra or {}
+        out: dict[str, Any] = {"workdir": extra.get("workdir") or SWE_WORKDIR}
+        if kind != "image" or extra.get("image"):  # an image folder cannot be named from the row
+            out["image"] = image_of(self, namespace, kind)
+        out["env"] = extra.get("env") or ({} if extra.get("image") else {"PATH": SWE_PATH})
+        out["prepare"] = extra.get("prepare") or [f"git reset -q --hard {self.base_commit}"]
+        if extra.get("eval_prepare") is not None:
+            out["eval_prepare"] = extra["eval_prepare"]
+        return out
+
+
+def image_of(row: EvalRow, namespace: str = "swebench", engine: str = "docker") -> str:
+    """The row's instance image (its own `image`, else SWE-bench's name for it); apptainer pulls a docker
+    image by its `docker://` name."""
+    image = (row.model_extra or {}).get("image")
+    if not image:
+        try:
+            from swebench.task.checks import expected_image
+        except ImportError as exc:
+            raise ConfigError(
+                "naming SWE-bench images needs the swebench extra (pip install nemo_polar[swebench])"
+            ) from exc
+        image = expected_image(row.instance_id, namespace)
+    return f"docker://{image}" if engine == "apptainer" and "://" not in image and not image.startswith("/") else image
 
 
 def parse_row(fields: dict[str, Any], where: str = "row") -> TaskRow:

@@ -3,8 +3,10 @@
 Input: a JSONL or parquet file of rows (SWE-bench's `FAIL_TO_PASS` as JSON strings, SWE-Gym's as lists), each
 checked as a task row. Output: one Gym row per line, for the `polar_agent`: the issue as the user message,
 the row's own fields kept at the top level (the evaluator reads them), and a `polar` block naming the task
-and its instance image as SWE-bench names it (`swebench.task.checks.expected_image`, needs the `swebench`
-extra), or the row's own `image` when it has one.
+and its runtime (`TaskRow.image_runtime`): the instance image as SWE-bench names it
+(`swebench.task.checks.expected_image`, needs the `swebench` extra) or the row's own `image`, the working
+directory where the image keeps the repository (/testbed), the image's Python first on PATH, and the set-up
+step `git reset --hard <base_commit>`. The recipe's runtime block gives the kind and the limits.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .dataset import TaskRow, parse_row
+from .dataset import TaskRow, image_of, parse_row
+
+__all__ = ["gym_rows", "image_of", "read_rows", "write"]
 
 
 def read_rows(path: str | Path) -> list[TaskRow]:
@@ -33,20 +37,6 @@ def read_rows(path: str | Path) -> list[TaskRow]:
     return load_jsonl(path)
 
 
-def image_of(row: TaskRow, namespace: str, engine: str) -> str:
-    """The row's instance image; apptainer pulls a docker image by its `docker://` name."""
-    image = (row.model_extra or {}).get("image")
-    if not image:
-        try:
-            from swebench.task.checks import expected_image
-        except ImportError as exc:
-            raise ConfigError(
-                "naming SWE-bench images needs the swebench extra (pip install nemo_polar[swebench])"
-            ) from exc
-        image = expected_image(row.instance_id, namespace)
-    return f"docker://{image}" if engine == "apptainer" and "://" not in image else image
-
-
 def gym_rows(
     rows: list[TaskRow], *, namespace: str = "swebench", engine: str = "apptainer"
 ) -> Iterator[dict[str, Any]]:
@@ -55,7 +45,7 @@ def gym_rows(
         yield {
             "responses_create_params": {"input": [{"role": "user", "content": row.problem_statement}]},
             "agent_ref": {"type": "responses_api_agents", "name": "polar_agent"},
-            "polar": {"task_id": row.instance_id, "runtime": {"image": image_of(row, namespace, engine)}},
+            "polar": {"task_id": row.instance_id, "runtime": row.image_runtime(engine, namespace)},
             **fields,
         }
 
