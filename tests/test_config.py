@@ -135,7 +135,7 @@ def test_every_group_option_validates(group, model):
     for path in options:
         data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
         if group == "runtime" and data.get("kind") != "local" and not data.get("image"):
-            data["image"] = "example:latest"  # required on the command line
+            data["image"] = "/rootfs/task" if data["kind"] == "image" else "example:latest"  # on the command line
         if group == "dataset" and data["path"] is None:
             data["path"] = "rows.jsonl"  # `dataset=rows.jsonl` sets it
         if group == "harness" and data["name"] == "shell":
