@@ -15,9 +15,13 @@ from .errors import ConfigError
 
 def _proxy(args: argparse.Namespace) -> int:
     from .config import ProxyConfig, load
+    from .control import LOOPBACK
+    from .errors import ConfigError
     from .proxy.serve import serve
 
     config = load(ProxyConfig, "proxy", args.overrides)
+    if config.control_token is None and config.host not in LOOPBACK:  # a node's proxy is guarded by the node
+        raise ConfigError(f"host={config.host}: a proxy listening beyond loopback needs control_token (admin routes)")
     serve(config)
     return 0
 

@@ -43,10 +43,17 @@ class UpstreamConfig(Strict):
 
 class StoreConfig(Strict):
     path: str = "runs/proxy/records.sqlite"
+    durable: bool = Field(
+        True, description="hold an answer's last byte until its record is committed (kill -9 loses no answer)"
+    )
+    flush_timeout_s: float = Field(30.0, gt=0, description="reading a session's records waits this long")
 
 
 class LimitsConfig(Strict):
     max_body_bytes: int = Field(32 * 2**20, gt=0)
+    max_depth: int = Field(
+        100, gt=0, le=200, description="JSON nesting a request may have (tool schemas nest; records store up to 254)"
+    )
     max_tokens: int | None = Field(None, gt=0, description="cap on each call's output tokens")
 
 

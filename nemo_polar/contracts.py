@@ -324,6 +324,7 @@ class NodeMetrics(BaseModel):
     run_inflight: int = 0
     postrun_queue: int = 0
     postrun_inflight: int = 0
+    recording: bool = Field(True, description="its proxy records calls; a node that cannot gets no sessions")
 
 
 class NodeCapacity(Strict):

@@ -27,6 +27,7 @@ from .errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, prob
 from .serving import json_response
 
 TOKEN_HEADER = "x-polar-control-token"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # beyond these, a server with control routes needs a token
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -153,6 +154,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 __all__ = [
+    "LOOPBACK",
     "TOKEN_HEADER",
     "error_body",
     "error_response",

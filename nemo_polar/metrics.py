@@ -72,6 +72,7 @@ class ProxyMetrics:
             registry=r,
         )
         self._busy = Busy()
+        self._calls: dict[tuple[str, str], Any] = {}  # labelled children, looked up once per pair
         r.register(Gauges(self._gauges))
 
     def call(
@@ -83,7 +84,10 @@ class ProxyMetrics:
         added_s: float | None,
         first_token_s: float | None,
     ) -> None:
-        self.calls.labels(dialect, status).inc()
+        counter = self._calls.get((dialect, status))
+        if counter is None:
+            counter = self._calls[(dialect, status)] = self.calls.labels(dialect, status)
+        counter.inc()
         self.prompt_tokens.inc(prompt)
         self.completion_tokens.inc(completion)
         if added_s is not None:

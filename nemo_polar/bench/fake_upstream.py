@@ -2,7 +2,7 @@
 
 It speaks Chat Completions the way vLLM, SGLang or NeMo-RL's server do, token fields included,
 and misbehaves on request: a user message containing `[fault:NAME]` triggers
-  http500 | http400_overflow | reset | timeout | cut | no_token_ids | tool_call | slow
+  http500 | http400_overflow | reset | timeout | cut | no_token_ids | tool_call | slow | echo (the last message)
 Tokens are numbered words ("w0 w1 ..."), one per token; `token_delay_s` spaces streamed tokens.
 """
 
@@ -30,6 +30,11 @@ def _fault(body: dict[str, Any]) -> str | None:
         if found:
             return found.group(1)
     return None
+
+
+def _last_text(body: dict[str, Any]) -> str:
+    content = (body.get("messages") or [{}])[-1].get("content")
+    return content if isinstance(content, str) else " ".join(p.get("text", "") for p in content or [])
 
 
 def _prompt_ids(body: dict[str, Any]) -> list[int]:
@@ -108,6 +113,9 @@ class FakeUpstream:
             return web.json_response({"error": {"message": "top_p must be set and top_k unset"}}, status=500)
         n = min(body.get("max_tokens") or self.tokens, self.tokens)
         words = [f"w{i}" for i in range(n)]
+        if fault == "echo":  # the answer repeats the last message word for word (a model echoing its input)
+            words = _FAULT.sub("", _last_text(body)).split()[:n] or ["-"]
+            n = len(words)
         ids = list(range(1000, 1000 + n))
         logprobs = [-0.25 - i / 100 for i in range(n)]
         tool = fault == "tool_call" and body.get("tools")

@@ -11,12 +11,15 @@ the same Chat Completions stream).
   requests per second say what each spends per call; arms alternate in rounds;
 - paced: 64 in flight, the upstream pacing its tokens like a busy inference server: the proxy must
   not slow what the upstream can serve (direct vs the proxy's Chat Completions).
-Each streamed and not. `*_vs_bare` figures are ratios to the bare relay's.
+Each streamed and not. `*_vs_bare` figures are ratios to the bare relay's. A second proxy with
+`store.durable=false` (an answer's last byte does not wait for its record's commit) runs as one more
+Chat Completions arm, `UNDURABLE`: `durable_cost` is what that guarantee costs per call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import subprocess
 import sys
@@ -36,6 +39,7 @@ from ..proxy.serve import free_port
 from .fake_upstream import SERVED_MODEL
 
 DIALECTS = ("openai_chat", "openai_responses", "anthropic", "gemini")
+UNDURABLE = "openai_chat_undurable"
 _PROMPT = "bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -226,7 +230,7 @@ def run(
     pacing = token_delay_ms or 10.0
     procs: list[subprocess.Popen] = []
     tmp = tempfile.mkdtemp(prefix="polar-bench-")
-    fast, paced, bare, proxy = (free_port() for _ in range(4))
+    fast, paced, bare, proxy, undurable = (free_port() for _ in range(5))
     url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
     fake = ["-m", "nemo_polar.bench.fake_upstream", "--tokens", str(tokens)]
     try:
@@ -236,7 +240,9 @@ def run(
         procs.append(_spawn(["-m", "nemo_polar.bench.bare", *bare_args], url(bare) + "/health"))
         proxy_args = [f"port={proxy}", "log_level=warning", f"upstream.url={url(fast)}", f"store.path={tmp}/r.sqlite"]
         procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
-        hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid)
+        proxy_args = [f"port={undurable}", *proxy_args[1:-1], f"store.path={tmp}/u.sqlite", "store.durable=false"]
+        procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(undurable) + "/health"))
+        hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid), Hop(url(undurable), procs[4].pid)
         scenarios = asyncio.run(
             _measure(url(fast), url(paced), *hops, tokens, requests, concurrency, paced_concurrency)
         )
@@ -256,13 +262,18 @@ def run(
 
 
 async def _measure(
-    fast: str, paced: str, bare: Hop, proxy: Hop, tokens: int, n: int, c: int, paced_c: int
+    fast: str, paced: str, bare: Hop, proxy: Hop, undurable: Hop, tokens: int, n: int, c: int, paced_c: int
 ) -> list[dict[str, Any]]:
     key = await _session(proxy.url, {})
     paced_key = await _session(proxy.url, {"upstream_url": paced})  # the same proxy, this session's server paced
+    undurable_key = await _session(undurable.url, {})
     scenarios: list[dict[str, Any]] = []
     for stream in (False, True):
-        each = arms(fast, bare, proxy, key, tokens, stream)
+        path, native, headers = dialect_call("openai_chat", undurable_key, tokens, stream)
+        plain = Arm(
+            UNDURABLE, undurable.url + path, orjson.dumps(native), {"Content-Type": "application/json"} | headers
+        )
+        each = [*arms(fast, bare, proxy, key, tokens, stream), dataclasses.replace(plain, pid=undurable.pid)]
         lat = await latency(each, _latency_calls(n))
         scenarios.append({"kind": "latency", "stream": stream, "concurrency": 1} | lat)
         thr = await throughput(each, c, n)
@@ -306,6 +317,18 @@ def _summary(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
         "throughput_vs_bare": min(thr[False]["vs_bare"].values()),
         "stream_throughput_vs_bare": min(thr[True]["vs_bare"].values()),
         "throughput_ratio": min(s["throughput_ratio"] for s in scenarios if s["kind"] == "paced"),
+        "durable_cost": {  # Chat Completions, store.durable on minus off, in the same run
+            ("stream" if s["stream"] else "whole") + "_p50_ms": round(
+                s["p50_ms"]["openai_chat"] - s["p50_ms"][UNDURABLE], 3
+            )
+            for s in lat
+        }
+        | {
+            ("stream" if stream else "whole") + "_cpu_ms_per_call": round(
+                s["cpu_ms_per_call"]["openai_chat"] - s["cpu_ms_per_call"][UNDURABLE], 3
+            )
+            for stream, s in thr.items()
+        },
     }
 
 

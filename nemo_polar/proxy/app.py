@@ -2,7 +2,10 @@
 
 One call runs as named steps: authenticate -> read body -> parse (dialect) -> build upstream body
 (backend) -> forward -> record -> render (dialect). Anything that fails before forwarding is the
-caller's fault: a 4xx in its dialect, nothing recorded. Anything after is recorded with its status.
+caller's fault: a 4xx in its dialect, nothing recorded (a body the dialect cannot read, whatever its
+shape or depth, is one of them). Anything after is recorded with its status; an answer's last byte
+goes out once its record is committed (`store.durable`), so a proxy killed at any moment has a record
+of every answer a harness received in full.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -25,6 +29,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ..chat import ChatRequest, Completion, Delta, ToolCallDelta
 from ..config import ProxyConfig
+from ..control import error_response as control_error
+from ..control import json_depth, query_float, route
 from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute, problems
 from ..metrics import ProxyMetrics, scrape
 from ..records import CompletionRecord, Session, UpstreamInfo
@@ -57,19 +63,10 @@ def api_key(request: Request) -> str | None:
     return request.headers.get("x-api-key") or request.headers.get("x-goog-api-key") or request.query_params.get("key")
 
 
-def scrub(body: Any, raw: bytes, secret: str) -> dict[str, Any]:
-    """The body without credentials: known credential fields dropped, the session key redacted."""
-    if secret and secret.encode() in raw:  # e.g. a tool output that printed the environment
-        body = orjson.loads(raw.replace(secret.encode(), b"[redacted]"))
+def scrub(body: dict[str, Any]) -> dict[str, Any]:
+    """The body without credential fields. Keys anywhere in a record (a tool output that printed the
+    environment, a model that echoed one) are redacted by the store when it writes the record."""
     return {k: v for k, v in body.items() if k not in _CREDENTIAL_FIELDS}
-
-
-def redact(body: dict[str, Any] | None, raw: bytes, secret: str) -> dict[str, Any] | None:
-    """The upstream body as stored: the session key redacted where the harness's body carried it
-    (e.g. a tool output that printed the environment). What was sent upstream is left as it was."""
-    if body is None or not secret or secret.encode() not in raw:
-        return body
-    return orjson.loads(orjson.dumps(body).replace(secret.encode(), b"[redacted]"))
 
 
 class SessionOpening(BaseModel):
@@ -118,6 +115,14 @@ class Proxy:
         self._patterned_calls: list[Route] = []  # and those with parameters (Gemini's model)
         self.starlette = Starlette(routes=self._routes(), lifespan=self._lifespan)
 
+    @property
+    def control_token(self) -> str | None:
+        return self.config.control_token
+
+    @property
+    def recording(self) -> bool:
+        return self.store.healthy
+
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI app. A harness's call goes straight to its dialect's handler; the rest (probes,
         admin, unknown routes, other methods) through Starlette, whose middleware and router walk
@@ -149,8 +154,9 @@ class Proxy:
             Route("/metrics", self.prometheus, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/models", self.models, methods=["GET"]),
-            Route("/admin/sessions", self.open_session, methods=["POST"]),
-            Route("/admin/sessions/{session_id}/completions", self.session_completions, methods=["GET"]),
+            Route("/admin/sessions", self.route_open, methods=["POST"]),
+            Route("/admin/sessions/{session_id}/close", self.route_close, methods=["POST"]),
+            Route("/admin/sessions/{session_id}/completions", self.route_records, methods=["GET"]),
             Route("/admin/inference/status", self.gate_status, methods=["GET"]),
             Route("/admin/inference/pause", self.pause, methods=["POST"]),
             Route("/admin/inference/resume", self.resume, methods=["POST"]),
@@ -176,13 +182,13 @@ class Proxy:
             try:
                 await self.gate.acquire()
             except PolarError as err:
-                self._record(call, None, err)
+                await self._record(call, None, err)
                 return error_response(dialect, err)
             self.metrics.upstream(+1)
             streaming = False
             try:
                 call.target = await self._target(call.session)
-                call.upstream_body = self.backend.build_body(call.request, self._splices(call), call.target.model)
+                call.upstream_body = self._build_body(call)
                 if call.request.stream and self.backend.streams:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
@@ -192,13 +198,21 @@ class Proxy:
                 call.upstream_s = time.monotonic() - asked
                 completion = self.backend.parse_response(body)
             except PolarError as err:
-                self._record(call, None, err)
+                await self._record(call, None, err)
+                return error_response(dialect, err)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: recorded, answered in dialect
+                log.exception("call %s/%d failed", call.session.id, call.seq)
+                err = PolarError(f"internal error: {type(exc).__name__}")
+                await self._record(call, None, err)
                 return error_response(dialect, err)
             finally:
                 if not streaming:
                     self.gate.release()
                     self.metrics.upstream(-1)
-            self._record(call, completion)
+            if await request.is_disconnected():  # the harness gave up waiting: not an answer it has
+                await self._record(call, completion, status="client_disconnected", error="client disconnected")
+                return Response(status_code=499)
+            await self._record(call, completion)
             if call.request.stream:  # the engine answered whole: play it as this dialect's stream
                 renderer = dialect.stream_renderer(call.request)
                 events = [e for d in replay(completion) for e in renderer.delta(d)] + renderer.finish(completion)
@@ -218,9 +232,19 @@ class Proxy:
             raise Unauthorized("unknown or missing API key: use the session key you were given")
         raw = await self._read_body(request)
         native = _json(raw)
+        limit = self.config.limits.max_depth
+        if json_depth(native, limit) > limit:
+            raise RequestInvalid(f"request body nests deeper than {limit} levels")
         params = dict(request.path_params) | {"path": request.scope["path"]}
-        query = dict(request.query_params) if request.scope["query_string"] else {}  # parsed only if there is one
-        chat = dialect.parse_request(native, params, query)
+        raw_query = request.scope["query_string"]
+        # parsed only when there is one (Gemini streams), without the cost of Starlette's QueryParams
+        query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
+        try:
+            chat = dialect.parse_request(native, params, query)
+        except PolarError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a shape the dialect's parser did not expect is the caller's
+            raise RequestInvalid(f"malformed request: {type(exc).__name__}: {str(exc)[:200]}") from None
         for cap in (self.config.limits.max_tokens, session.max_tokens):
             if cap is not None:
                 chat.max_tokens = min(chat.max_tokens or cap, cap)
@@ -238,6 +262,14 @@ class Proxy:
                 raise BodyTooLarge(f"request body is over the {limit}-byte limit")
             chunks.append(chunk)
         return b"".join(chunks)
+
+    def _build_body(self, call: Call) -> dict[str, Any]:
+        try:
+            return self.backend.build_body(call.request, self._splices(call), call.target.model)  # type: ignore[union-attr]
+        except PolarError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the request parsed but cannot be sent: the caller's
+            raise RequestInvalid(f"malformed request: {type(exc).__name__}: {str(exc)[:200]}") from None
 
     async def _target(self, session: Session) -> UpstreamInfo:
         """Where a session's calls go, under which model name. A session opened with its own
@@ -269,7 +301,10 @@ class Proxy:
         err: PolarError | None = None,
         status: str | None = None,
         error: str | None = None,
-    ) -> None:
+        wait: bool = True,
+    ) -> asyncio.Future[None]:
+        """Queue the call's record; the future is done once it is committed (at once when the store is
+        not durable, or with `wait=False`)."""
         c = completion
         if c is not None and self.backend.splices:
             self.sessions.splices(call.session.id).add(c)
@@ -283,38 +318,49 @@ class Proxy:
             None if call.first_token_at is None else call.first_token_at - call.started_at,
         )
         # built from our own values: validation would only cost time on the response path
-        self.store.add_record(
-            CompletionRecord.model_construct(
-                id=new_hex(),
-                session_id=call.session.id,
-                seq=call.seq,
-                started_at=call.started_at,
-                finished_at=finished,
-                first_token_at=call.first_token_at,
-                dialect=call.dialect.name,
-                stream=call.request.stream,
-                native_request=scrub(call.native, call.raw, call.session.api_key),
-                upstream_request=redact(call.upstream_body, call.raw, call.session.api_key),
-                prompt_token_ids=c.prompt_token_ids if c else [],
-                completion_token_ids=c.completion_token_ids if c else [],
-                completion_logprobs=c.completion_logprobs if c else [],
-                finish_reason=c.finish_reason if c else None,
-                message=c.message_dict() if c else None,
-                usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
-                if c
-                else {},
-                upstream=_served_by(call.target or self.info, c),
-                status=status or (err.kind if err else "ok"),
-                error=error or (err.message if err else None),
-            )
+        record = CompletionRecord.model_construct(
+            id=new_hex(),
+            session_id=call.session.id,
+            seq=call.seq,
+            started_at=call.started_at,
+            finished_at=finished,
+            first_token_at=call.first_token_at,
+            dialect=call.dialect.name,
+            stream=call.request.stream,
+            native_request=scrub(call.native),
+            upstream_request=call.upstream_body,
+            prompt_token_ids=c.prompt_token_ids if c else [],
+            completion_token_ids=c.completion_token_ids if c else [],
+            completion_logprobs=c.completion_logprobs if c else [],
+            finish_reason=c.finish_reason if c else None,
+            message=c.message_dict() if c else None,
+            usage={"prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens}
+            if c
+            else {},
+            upstream=_served_by(call.target or self.info, c),
+            status=status or (err.kind if err else "ok"),
+            error=error or (err.message if err else None),
         )
+        if wait and self.config.store.durable:
+            return self.store.durable(record)
+        self.store.add_record(record)
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     # --- plain routes -------------------------------------------------------------------------
     async def prometheus(self, request: Request) -> Response:
         return scrape(self.metrics.registry)
 
     async def root(self, request: Request) -> Response:
-        return json_response({"status": "ok", "service": "nemo_polar-proxy", "engine": self.info.engine})
+        """200 while calls are recorded; 503 (saying why) while the store cannot write them."""
+        store = self.store
+        recording = {"ok": store.healthy, "problem": store.problem}
+        if not store.healthy and store.problem is None:
+            recording["problem"] = "the record writer has stopped"
+        body = {"status": "ok" if store.healthy else "degraded", "service": "nemo_polar-proxy"}
+        body |= {"engine": self.info.engine, "recording": recording}
+        return json_response(body, 200 if store.healthy else 503)
 
     async def models(self, request: Request) -> Response:
         try:  # the name the server serves; harnesses may ask for any name, every call goes to that one
@@ -337,23 +383,8 @@ class Proxy:
         return error_response(dialect, UnknownRoute(f"no route for {request.method} {request.url.path}"))
 
     # --- admin --------------------------------------------------------------------------------
-    def _check_admin(self, request: Request) -> None:
-        token = self.config.control_token
-        if token and request.headers.get("x-polar-control-token") != token:
-            raise Unauthorized("admin routes need the x-polar-control-token header")
-
-    def _admin(handler):  # noqa: N805 - a decorator over the methods below
-        async def wrapped(self: Proxy, request: Request) -> Response:
-            try:
-                self._check_admin(request)
-                return await handler(self, request)
-            except PolarError as err:
-                return json_response({"error": {"message": err.message, "type": err.kind}}, err.status_code)
-
-        return wrapped
-
-    @_admin
-    async def open_session(self, request: Request) -> Response:
+    @route(guarded=True)
+    async def route_open(self, request: Request) -> Response:
         raw = await self._read_body(request)
         try:
             opening = SessionOpening.model_validate(_json(raw) if raw else {})
@@ -362,26 +393,29 @@ class Proxy:
         session = self.sessions.open(**opening.model_dump())
         return json_response({"session_id": session.id, "api_key": session.api_key}, 201)
 
-    @_admin
-    async def session_completions(self, request: Request) -> Response:
-        self.store.flush()
-        records = self.store.records(request.path_params["session_id"])
+    @route(guarded=True)
+    async def route_close(self, request: Request) -> Response:
+        await asyncio.to_thread(self.close_session, request.path_params["session_id"])
+        return json_response({"closed": True})
+
+    @route(guarded=True)
+    async def route_records(self, request: Request) -> Response:
+        records = await asyncio.to_thread(self.records, request.path_params["session_id"])
         return json_response({"data": [r.model_dump() for r in records]})
 
-    @_admin
+    @route(guarded=True)
     async def gate_status(self, request: Request) -> Response:
         return json_response(self.gate.status() | {"engine": self.info.engine, "url": self.info.url})
 
-    @_admin
+    @route(guarded=True)
     async def pause(self, request: Request) -> Response:
-        timeout = float(request.query_params.get("timeout_seconds", 300))
-        if not await self.gate.pause(timeout):
-            return json_response(
-                {"error": {"message": "in-flight calls did not drain in time"}} | self.gate.status(), 504
-            )
+        if not await self.gate.pause(query_float(request, "timeout_seconds", 300.0)):
+            err = PolarError("in-flight calls did not drain in time", status_code=504)
+            err.kind = "timeout"
+            return control_error(err, **self.gate.status())
         return json_response(self.gate.status())
 
-    @_admin
+    @route(guarded=True)
     async def resume(self, request: Request) -> Response:
         """`?policy_version=N`: the weights just loaded; every call from now on is recorded with it."""
         version = request.query_params.get("policy_version")
@@ -393,6 +427,33 @@ class Proxy:
     def set_policy_version(self, version: str) -> None:
         self.info = self.info.model_copy(update={"policy_version": version})
         self._targets.clear()  # they carry the version too
+
+    # --- what a gateway node uses (server/gateway/proxy_surface.ProxySurface) ---------------------
+    def open_session(self, **opening: Any) -> Session:
+        """A capture session (`metadata`, `upstream_url`, `upstream_model`, `max_tokens`)."""
+        return self.sessions.open(**opening)
+
+    def close_session(self, session_id: str) -> None:
+        self.sessions.close(session_id)
+
+    def records(self, session_id: str) -> list[CompletionRecord]:
+        """Every call of the session recorded so far, the queued ones included (waits for the writer;
+        raises when it cannot, so a session is never built from part of its calls)."""
+        if not self.store.flush(self.config.store.flush_timeout_s):
+            raise PolarError(f"records of session {session_id} not written: {self.store.problem or 'writer stopped'}")
+        return self.store.records(session_id)
+
+    def on_pause(self, listener: Callable[[bool], None]) -> None:
+        self.gate.listeners.append(listener)
+
+    async def aclose(self) -> None:
+        await self.upstream.close()
+
+    def close(self) -> None:
+        self.store.close()
+
+    def metric_registries(self) -> list[Any]:
+        return [self.metrics.registry]
 
 
 class Relay:
@@ -417,6 +478,7 @@ class Relay:
         renderer = call.dialect.stream_renderer(call.request)
         assembler = proxy.backend.stream_parser()
         out: list[bytes] = []
+        committed: asyncio.Future[None] | None = None
         try:
             async for batch, done in self.chunks:
                 for chunk in batch:
@@ -426,7 +488,7 @@ class Relay:
                     call.first_token_at = time.time()
                 if done:
                     self.completion = assembler.result()
-                    self._finish()
+                    committed = self._finish()
                     out += renderer.finish(self.completion)
                     break
                 if out:
@@ -434,8 +496,15 @@ class Relay:
                     out = []
         except PolarError as err:
             self.failure = err
-            self._finish()
+            committed = self._finish()
             out += renderer.error(err)
+        except Exception as exc:  # noqa: BLE001 - a bug of ours: recorded, and the stream ends in dialect
+            log.exception("stream of call %s/%d failed", call.session.id, call.seq)
+            self.failure = PolarError(f"internal error: {type(exc).__name__}")
+            committed = self._finish()
+            out += renderer.error(self.failure)
+        if committed is not None:
+            await committed  # the last byte goes out once the record is in the store
         await self._send(send, out, False)
 
     async def _send(self, send: Send, events: list[bytes], more: bool) -> None:
@@ -444,17 +513,18 @@ class Relay:
             self.start = None
         await send({"type": "http.response.body", "body": b"".join(events), "more_body": more})
 
-    def _finish(self) -> None:
+    def _finish(self) -> asyncio.Future[None] | None:
         """Record the outcome once, before the closing events go out (a read after them sees it)."""
         if self.recorded:
-            return
+            return None
         self.recorded = True
         if self.completion is not None:
-            self.proxy._record(self.call, self.completion)
-        elif self.failure is not None:
-            self.proxy._record(self.call, None, self.failure)
-        else:
-            self.proxy._record(self.call, None, status="client_disconnected", error="client disconnected mid-stream")
+            return self.proxy._record(self.call, self.completion)
+        if self.failure is not None:
+            return self.proxy._record(self.call, None, self.failure)
+        return self.proxy._record(
+            self.call, None, status="client_disconnected", error="client disconnected mid-stream", wait=False
+        )
 
     def close(self) -> None:
         """Idempotent: runs when the stream ended, failed, or the harness went away."""

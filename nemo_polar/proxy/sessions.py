@@ -1,7 +1,9 @@
 """Sessions as the proxy sees them: a key, an arrival counter and the turns it sampled.
 
 Kept in memory for the response path and backed by the store, so a restarted proxy recognises
-every key it handed out and continues each session's numbering and splicing where it stopped.
+every key it handed out and continues each session's numbering and splicing where it stopped. Keys
+live in memory and in the store only as hashes; a closed session's key is refused from then on
+(after a restart too), while its records stay readable.
 """
 
 from __future__ import annotations
@@ -13,18 +15,18 @@ from typing import Any
 
 from ..chat import Completion, ToolCall, Usage
 from ..records import Session
-from ..store import SqliteStore
+from ..store import SqliteStore, key_hash
 from .splice import SpliceIndex
 
 
 def new_key() -> str:
-    return "sk-polar-" + secrets.token_urlsafe(24)
+    return "sk-polar-" + secrets.token_urlsafe(24)  # 32 characters: store.KEY_PATTERN redacts them
 
 
 class Sessions:
     def __init__(self, store: SqliteStore):
         self.store = store
-        self._by_key: dict[str, Session] = {s.api_key: s for s in store.sessions()}
+        self._by_hash: dict[str, Session] = {}  # filled as keys are used (the store has only hashes)
         self._seq: dict[str, int] = {}
         self._splices: dict[str, SpliceIndex] = {}
 
@@ -38,17 +40,26 @@ class Sessions:
             **route,
         )
         self.store.add_session(session)
-        self._by_key[session.api_key] = session
+        self._by_hash[key_hash(session.api_key)] = session
         return session
 
     def by_key(self, api_key: str) -> Session | None:
-        session = self._by_key.get(api_key)
+        hashed = key_hash(api_key)
+        session = self._by_hash.get(hashed)
         if session is None and api_key.startswith("sk-polar-"):
-            # opened by another process sharing the store (the rollout server)
+            # opened before a restart, or by another process sharing the store
             session = self.store.session_by_key(api_key)
             if session is not None:
-                self._by_key[api_key] = session
+                self._by_hash[hashed] = session
         return session
+
+    def close(self, session_id: str) -> None:
+        """The session is final: its key is refused from now on; its records stay in the store."""
+        self.store.close_session(session_id)
+        for hashed in [h for h, s in self._by_hash.items() if s.id == session_id]:
+            del self._by_hash[hashed]
+        self._seq.pop(session_id, None)
+        self._splices.pop(session_id, None)
 
     def next_seq(self, session_id: str) -> int:
         seq = self._seq.get(session_id)

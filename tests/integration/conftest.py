@@ -45,6 +45,7 @@ class HarnessRun:
     stdout: str
     stderr: str
     records: list[CompletionRecord]
+    api_key: str  # the session's key (the store keeps only its hash)
 
 
 def run_harness(
@@ -72,4 +73,4 @@ def run_harness(
     rc, out, err = asyncio.run(run())
     assert rc != TIMEOUT_RC, f"{harness.name} ran past {timeout}s"
     proxy.proxy.store.flush()
-    return HarnessRun(rc, out, err, proxy.proxy.store.records(session.id))
+    return HarnessRun(rc, out, err, proxy.proxy.store.records(session.id), session.api_key)

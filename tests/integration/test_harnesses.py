@@ -40,6 +40,6 @@ def test_harness_calls_are_recorded_token_faithfully(name, real_proxy, tokenizer
         if not rec.message["tool_calls"]:
             assert tokenizer.decode(rec.completion_token_ids, skip_special_tokens=True) == rec.message["content"]
     # the session key never reaches a record
-    key = real_proxy.proxy.store.sessions()[-1].api_key
+    key = run.api_key
     assert all(key not in rec.model_dump_json() for rec in run.records)
     assert [r.seq for r in run.records] == list(range(len(run.records)))

@@ -39,5 +39,5 @@ def test_openhands_runs_through_the_proxy_token_faithfully(real_proxy, tokenizer
         assert {t["function"]["name"] for t in rec.native_request["tools"]} >= {"terminal", "finish"}
         if not rec.message["tool_calls"]:
             assert tokenizer.decode(rec.completion_token_ids, skip_special_tokens=True) == rec.message["content"]
-    key = real_proxy.proxy.store.sessions()[-1].api_key
+    key = run.api_key
     assert all(key not in rec.model_dump_json() for rec in run.records)

@@ -7,10 +7,8 @@ import asyncio
 from pathlib import Path
 
 import httpx
-import pytest
 
 from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
-from nemo_polar.proxy.sessions import Sessions
 from nemo_polar.server.gateway.harnesses.versions import PINS
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
@@ -57,20 +55,17 @@ def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_pat
 ONE_CALL = Path(__file__).resolve().parents[2] / "examples" / "one_call_agent.py"
 
 
-@pytest.mark.xfail(
-    not hasattr(Sessions, "close"),
-    reason="the proxy side (proxy/sessions.py: Sessions.close, refused keys) is listed in the refactor's notes",
-    strict=True,
-)
-def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tmp_path):
+def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tmp_path, monkeypatch):
+    keys = []
+    open_session = proxy.proxy.open_session
+    monkeypatch.setattr(proxy.proxy, "open_session", lambda **kw: keys.append(open_session(**kw)) or keys[-1])
     result = run_one(proxy, tmp_path, _request("s-2", name="shell", command=f"python3 {ONE_CALL}"))
     assert result.status is SessionState.COMPLETED and result.proxy_session_id
     (opened,) = [s for s in proxy.proxy.store.sessions() if s.id == result.proxy_session_id]
     assert opened.metadata["rollout_session"] == "s-2"  # the one link between the two sessions
+    (key,) = [s.api_key for s in keys]
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    late = httpx.post(
-        proxy.url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {opened.api_key}"}
-    )
+    late = httpx.post(proxy.url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"})
     assert late.status_code == 401
     kept = httpx.get(f"{proxy.url}/admin/sessions/{opened.id}/completions").json()["data"]
     assert len(kept) == 1 and kept[0]["status"] == "ok"

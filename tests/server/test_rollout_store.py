@@ -216,6 +216,10 @@ def test_health_is_heartbeat_within_5_intervals_and_not_draining():
     assert not scheduler.healthy(node("a", hb=100), now=125.1)
     assert not scheduler.healthy(node("a", hb=100, draining=True), now=101)
     assert scheduler.alive(node("a", hb=100, draining=True), now=101)
+    # a node whose proxy cannot record calls is alive (its sessions are not lost) but gets no new ones
+    deaf = node("a", hb=100, recording=False)
+    assert scheduler.alive(deaf, now=101) and not scheduler.healthy(deaf, now=101)
+    assert scheduler.pick([deaf], {}, 101) is None
 
 
 def test_pick_prefers_run_then_postrun_then_init_pressure():

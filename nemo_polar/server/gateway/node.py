@@ -49,7 +49,7 @@ from ...proxy.app import Proxy
 from ...serving import ServerThread, json_response, run
 from ..client import Retry, RolloutAPI
 from .pipeline import Job, Pipeline
-from .proxy_surface import ProxySurface, surface
+from .proxy_surface import ProxySurface
 from .stages import HarnessStages, Work
 
 log = logging.getLogger("nemo_polar.gateway")
@@ -94,7 +94,7 @@ class AdminGuard:
 
 class GatewayNode:
     def __init__(self, config: NodeConfig, proxy: Proxy | ProxySurface):
-        self.proxy = surface(proxy)
+        self.proxy: ProxySurface = proxy
         if config.public_url is None:
             proxy_config = proxy.config if isinstance(proxy, Proxy) else None
             assert proxy_config is not None, "NodeConfig.public_url is required with a proxy surface"
@@ -195,7 +195,8 @@ class GatewayNode:
                     await self.rollout.register(registration)
                     registered = True
                 else:
-                    await self.rollout.heartbeat(self.config.node_id, self.pipeline.metrics())
+                    metrics = self.pipeline.metrics().model_copy(update={"recording": self.proxy.recording})
+                    await self.rollout.heartbeat(self.config.node_id, metrics)
             except ControlRefused as exc:
                 if exc.status_code == 404:  # the server forgot us: register again
                     registered = False

@@ -28,7 +28,6 @@ from pathlib import Path
 from ...contracts import DispatchRequest, HarnessSpec, SessionResult, SessionState
 from ...errors import HarnessNotInstalled, SandboxError
 from ...evaluators import EvalContext, Evaluation, make_evaluator
-from ...proxy.app import Proxy
 from ...records import Session as ProxySession
 from ...traces import build
 from ...traces.export import write_jsonl
@@ -36,7 +35,7 @@ from .harnesses import HARNESSES, Endpoint, Harness
 from .harnesses.install import check_install
 from .harnesses.logs import keep_logs
 from .pipeline import Job
-from .proxy_surface import ProxySurface, surface
+from .proxy_surface import ProxySurface
 from .runtimes import TIMEOUT_RC, Runtime, make_runtime
 from .runtimes.steps import run_steps
 
@@ -75,13 +74,13 @@ class Work:
 class HarnessStages:
     def __init__(
         self,
-        proxy: Proxy | ProxySurface,
+        proxy: ProxySurface,
         proxy_url: str,
         root: Path,
         node_id: str,
         on_result: Callable[[SessionResult], Awaitable[None]],
     ):
-        self.proxy, self.proxy_url, self.root, self.node_id = surface(proxy), proxy_url, Path(root), node_id
+        self.proxy, self.proxy_url, self.root, self.node_id = proxy, proxy_url, Path(root), node_id
         self.on_result = on_result
 
     def job(self, request: DispatchRequest) -> Job[Work]:

@@ -1,6 +1,7 @@
 """Which gateway node gets the next session: pure functions over node rows, easy to test.
 
-A node is healthy while its heartbeats arrive (within 5 intervals) and it is not draining. Among
+A node is healthy while its heartbeats arrive (within 5 intervals), it is not draining and its proxy
+records calls. Among
 healthy nodes with free admission, the one with the least run pressure wins, then post-run, then
 init pressure: RUN slots are the scarce, GPU-bound stage, so a session goes where the agent will
 start soonest. Reservations count sessions dispatched since the node's last heartbeat, which its
@@ -30,7 +31,7 @@ def alive(node: NodeRow, now: float) -> bool:
 
 
 def healthy(node: NodeRow, now: float) -> bool:
-    return alive(node, now) and not node.draining
+    return alive(node, now) and not node.draining and node.metrics.recording
 
 
 def admission_limit(node: NodeRow) -> int:

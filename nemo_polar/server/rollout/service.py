@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from ...config import Strict
 from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ...control import LOOPBACK
 from ...errors import Forbidden, IllegalMove, NotFound
 from ...metrics import RolloutMetrics
 from ..client import NodeAPI, NodeTarget
@@ -55,9 +56,6 @@ class ControlLimits(Strict):
 
     max_body_bytes: int = Field(16 * 2**20, gt=0)
     max_depth: int = Field(64, gt=0, description="how deep the JSON of a task may nest")
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class RolloutConfig(Strict):
