@@ -126,6 +126,15 @@ def _bench_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_fuzz(args: argparse.Namespace) -> int:
+    from .bench.fuzz import run
+
+    result = run(per_route=args.per_route, seed=args.seed, concurrency=args.concurrency)
+    print(json.dumps(result, indent=None if args.json else 2))
+    held = not (result["unhandled_5xx"] or result["not_dialect_shaped"] or result["lost_records"])
+    return 0 if held and not result["wrong_session"] and result["writer_alive"] else 1
+
+
 def _bench_merge(args: argparse.Namespace) -> int:
     from .bench.merge import run
 
@@ -414,6 +423,12 @@ def parser() -> argparse.ArgumentParser:
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
     bproxy.set_defaults(func=_bench_proxy)
+    bfuzz = bench.add_parser("fuzz", help="seeded mutated requests on every model route and the task route")
+    bfuzz.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bfuzz.add_argument("--per-route", type=int, default=10_000, help="requests per route (5 model routes + tasks)")
+    bfuzz.add_argument("--seed", type=int, default=0)
+    bfuzz.add_argument("--concurrency", type=int, default=16)
+    bfuzz.set_defaults(func=_bench_fuzz)
     bmerge = bench.add_parser("merge", help="per_request vs linear chains vs prefix_tree over a session corpus")
     bmerge.add_argument("--json", action="store_true", help="one JSON object on one line")
     bmerge.add_argument("--store", action="append", default=[], help="a record store to add (repeatable)")
