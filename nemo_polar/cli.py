@@ -135,6 +135,14 @@ def _bench_fuzz(args: argparse.Namespace) -> int:
     return 0 if held and not result["wrong_session"] and result["writer_alive"] else 1
 
 
+def _bench_load(args: argparse.Namespace) -> int:
+    from .bench.load import run
+
+    result = run(sessions=args.sessions, seconds=args.seconds)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if result["lost"] == 0 else 1
+
+
 def _bench_merge(args: argparse.Namespace) -> int:
     from .bench.merge import run
 
@@ -429,6 +437,11 @@ def parser() -> argparse.ArgumentParser:
     bfuzz.add_argument("--seed", type=int, default=0)
     bfuzz.add_argument("--concurrency", type=int, default=16)
     bfuzz.set_defaults(func=_bench_fuzz)
+    bload = bench.add_parser("load", help="many harness sessions streaming at once through one proxy")
+    bload.add_argument("--json", action="store_true", help="one JSON object on one line")
+    bload.add_argument("--sessions", type=int, default=512)
+    bload.add_argument("--seconds", type=float, default=120.0)
+    bload.set_defaults(func=_bench_load)
     bmerge = bench.add_parser("merge", help="per_request vs linear chains vs prefix_tree over a session corpus")
     bmerge.add_argument("--json", action="store_true", help="one JSON object on one line")
     bmerge.add_argument("--store", action="append", default=[], help="a record store to add (repeatable)")
