@@ -37,7 +37,7 @@ import orjson
 from ..local.vllm_server import stop_group
 from ..proxy.serve import free_port
 from ..store import SqliteStore
-from .proxy import _spawn
+from .proxy import spawn
 
 DEEP = "\x00deep\x00"  # stands for a value nested too deep for orjson to write: spliced in as text
 TOKEN = "fuzz-token"
@@ -336,12 +336,12 @@ def run(
     procs = []
     t0 = time.monotonic()
     try:
-        procs.append(_spawn(["-m", "nemo_polar.bench.fake_upstream", "--port", str(fake)], url(fake) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", "--port", str(fake)], url(fake) + "/health"))
         store = f"{tmp}/records.sqlite"
         args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", f"control_token={TOKEN}"]
-        procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *args, "log_level=error"], url(proxy) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *args, "log_level=error"], url(proxy) + "/health"))
         args = [f"port={rollout}", f"store.path={tmp}/rollout.sqlite", f"control_token={TOKEN}", "dispatch=false"]
-        procs.append(_spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
         tally = Tally()
         seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally))
         asyncio.run(_fuzz_rollout(url(rollout), rollout_requests or per_route, seed, concurrency, tally))

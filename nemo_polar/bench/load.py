@@ -22,7 +22,7 @@ import orjson
 from ..local.vllm_server import stop_group
 from ..proxy.serve import free_port
 from ..store import SqliteStore
-from .proxy import _pct, _spawn
+from .proxy import _pct, spawn
 
 
 def rss_mb(pid: int) -> float:
@@ -74,9 +74,9 @@ def run(sessions: int = 512, seconds: float = 120.0, tokens: int = 16, token_del
     procs = []
     try:
         args = ["--port", str(fake), "--tokens", str(tokens), "--token-delay-ms", str(token_delay_ms)]
-        procs.append(_spawn(["-m", "nemo_polar.bench.fake_upstream", *args], url(fake) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", *args], url(fake) + "/health"))
         args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", "log_level=warning"]
-        procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *args], url(proxy) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *args], url(proxy) + "/health"))
         pid = procs[1].pid
         keys, ids = [], []
         for _ in range(sessions):

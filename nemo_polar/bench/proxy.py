@@ -44,7 +44,8 @@ _PROMPT = "bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _spawn(args: list[str], health: str) -> subprocess.Popen:
+def spawn(args: list[str], health: str) -> subprocess.Popen:
+    """`python ARGS` in its own process group, once `health` answers (its stderr in the error if it exits)."""
     proc = subprocess.Popen(
         [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
     )
@@ -234,14 +235,14 @@ def run(
     url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
     fake = ["-m", "nemo_polar.bench.fake_upstream", "--tokens", str(tokens)]
     try:
-        procs.append(_spawn([*fake, "--port", str(fast)], url(fast) + "/health"))
-        procs.append(_spawn([*fake, "--port", str(paced), "--token-delay-ms", str(pacing)], url(paced) + "/health"))
+        procs.append(spawn([*fake, "--port", str(fast)], url(fast) + "/health"))
+        procs.append(spawn([*fake, "--port", str(paced), "--token-delay-ms", str(pacing)], url(paced) + "/health"))
         bare_args = ["--port", str(bare), "--upstream", url(fast)]
-        procs.append(_spawn(["-m", "nemo_polar.bench.bare", *bare_args], url(bare) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.bench.bare", *bare_args], url(bare) + "/health"))
         proxy_args = [f"port={proxy}", "log_level=warning", f"upstream.url={url(fast)}", f"store.path={tmp}/r.sqlite"]
-        procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
         proxy_args = [f"port={undurable}", *proxy_args[1:-1], f"store.path={tmp}/u.sqlite", "store.durable=false"]
-        procs.append(_spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(undurable) + "/health"))
+        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(undurable) + "/health"))
         hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid), Hop(url(undurable), procs[4].pid)
         scenarios = asyncio.run(
             _measure(url(fast), url(paced), *hops, tokens, requests, concurrency, paced_concurrency)

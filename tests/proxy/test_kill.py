@@ -8,28 +8,20 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 
 import httpx
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread
+from nemo_polar.bench.proxy import spawn
 from nemo_polar.serving import free_port
 from nemo_polar.store import SqliteStore
 
 
 def start(port: int, store: str, upstream: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "nemo_polar.cli", "proxy", f"port={port}", f"store.path={store}"]
-    cmd += [f"upstream.url={upstream}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    for _ in range(300):
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no start")
+    args = ["-m", "nemo_polar.cli", "proxy", f"port={port}", f"store.path={store}", f"upstream.url={upstream}"]
+    return spawn(args, f"http://127.0.0.1:{port}/health")
 
 
 def harness(url: str, key: str, n: int, answered: list[str], stop: threading.Event) -> None:

@@ -8,35 +8,19 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 
+from nemo_polar.bench.proxy import spawn
 from nemo_polar.serving import free_port
 
 H = {"x-polar-control-token": "tok"}
 
 
 def start(port: int, store: str) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "nemo_polar.cli",
-        "serve-rollout",
-        f"port={port}",
-        f"store.path={store}",
-        "control_token=tok",
-        "dispatch=false",
-        "keep_live_nodes_on_restart=false",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    for _ in range(300):
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError(proc.stderr.read().decode()[-2000:] if proc.poll() is not None else "no start")
+    args = ["-m", "nemo_polar.cli", "serve-rollout", f"port={port}", f"store.path={store}", "control_token=tok"]
+    args += ["dispatch=false", "keep_live_nodes_on_restart=false"]
+    return spawn(args, f"http://127.0.0.1:{port}/health")
 
 
 def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path):
