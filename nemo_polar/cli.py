@@ -66,7 +66,7 @@ def _serve_gateway(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from .server.status import fetch, render
 
-    status = fetch(args.url)
+    status = fetch(args.url, args.task)
     if args.json:
         print(json.dumps(status))
     else:
@@ -320,6 +320,7 @@ def parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="tasks and gateway nodes of a running rollout server")
     status.add_argument("--url", default="http://127.0.0.1:8900")
+    status.add_argument("--task", default=None, help="this task's sessions, each with its rollup")
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=_status)
 

@@ -305,6 +305,9 @@ class SessionResult(BaseModel):
         None, description="the proxy session holding its calls (the node's GET /admin/sessions/{id}/completions)"
     )
     stats: dict[str, Any] = Field(default_factory=dict)
+    rollup: dict[str, Any] | None = Field(
+        None, description="what its calls cost (nemo_polar/rollup.py: calls, tokens, model and tools time)"
+    )
     timing: Timing = Timing()
     node_id: str | None = None
     error: str | None = None

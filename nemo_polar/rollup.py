@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from .records import CompletionRecord
 
 STAGES = ("queued_s", "init_s", "ready_wait_s", "run_s", "postrun_s")
+SUMMED = ("calls", "prompt_tokens", "completion_tokens", "trained_tokens", "model_s", "tools_s")  # add up
 
 
 class Rollup(BaseModel):
@@ -101,7 +102,7 @@ def view(rollup: Rollup | Mapping[str, Any] | None, timing: Mapping[str, Any] | 
 
 def total(rollups: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Sums over sessions (a task, a run): counts and seconds add up."""
-    keys = ("calls", "prompt_tokens", "completion_tokens", "trained_tokens", "model_s", "tools_s")
+    keys = SUMMED
     sums: dict[str, Any] = dict.fromkeys(keys, 0)
     n = 0
     for r in rollups:

@@ -1,4 +1,5 @@
-"""`polar status`: what a running rollout server holds, as two tables (or JSON)."""
+"""`polar status`: what a running rollout server holds, as tables (or JSON): its tasks with their
+sessions' rollups summed, its gateway nodes, and with `--task ID` that task's sessions one by one."""
 
 from __future__ import annotations
 
@@ -7,27 +8,48 @@ import asyncio
 from rich.console import Console
 from rich.table import Table
 
+from ..rollup import COLUMNS, cells
 from .client import RolloutAPI
 
 
-def fetch(url: str) -> dict:
-    return asyncio.run(_fetch(url))
+def fetch(url: str, task_id: str | None = None) -> dict:
+    return asyncio.run(_fetch(url, task_id))
 
 
-async def _fetch(url: str) -> dict:
+async def _fetch(url: str, task_id: str | None) -> dict:
     async with RolloutAPI(url, timeout_s=10) as api:
         tasks, nodes = await asyncio.gather(api.tasks(), api.nodes())
-    return {"tasks": tasks, "nodes": nodes}
+        one = await api.task(task_id) if task_id else None
+    return {"tasks": tasks, "nodes": nodes} | ({"task": one} if one else {})
 
 
 def render(status: dict, console: Console | None = None) -> None:
     console = console or Console(width=120)
-    tasks = Table(title="tasks")
-    for col in ("task", "status", "samples", "sessions by state"):
+    tasks = Table(title="tasks (calls and tokens: the finished sessions' rollups summed)")
+    for col in (
+        "task",
+        "status",
+        "samples",
+        "sessions by state",
+        "calls",
+        "tokens in / out",
+        "trained",
+        "model s / tools s",
+    ):
         tasks.add_column(col)
     for t in status["tasks"]:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(t["counts"].items()) if v)
-        tasks.add_row(t["task_id"], t["status"], str(t["num_samples"]), counts)
+        r = t.get("rollup") or {}
+        tasks.add_row(
+            t["task_id"],
+            t["status"],
+            str(t["num_samples"]),
+            counts,
+            str(r.get("calls", "")),
+            f"{r.get('prompt_tokens', 0):,} / {r.get('completion_tokens', 0):,}",
+            f"{r.get('trained_tokens', 0):,}",
+            f"{r.get('model_s', 0):.1f} / {r.get('tools_s', 0):.1f}",
+        )
     nodes = Table(title="gateway nodes")
     for col in ("node", "healthy", "draining", "init", "ready", "run", "post-run"):
         nodes.add_column(col)
@@ -44,3 +66,16 @@ def render(status: dict, console: Console | None = None) -> None:
         )
     console.print(tasks)
     console.print(nodes)
+    if "task" in status:
+        console.print(sessions_table(status["task"]))
+
+
+def sessions_table(task: dict) -> Table:
+    table = Table(title=f"sessions of {task['task_id']}")
+    for col in ("session", "state", "reward", *COLUMNS):
+        table.add_column(col)
+    for s in task["sessions"]:
+        result = s.get("result") or {}
+        reward = "masked" if result.get("masked") else result.get("reward")
+        table.add_row(s["session_id"], s["state"], "-" if reward is None else str(reward), *cells(s.get("result")))
+    return table

@@ -6,12 +6,14 @@ from __future__ import annotations
 import time
 
 import httpx
+from rich.console import Console
 
 from nemo_polar.config import ProxyConfig
 from nemo_polar.proxy.app import Proxy
 from nemo_polar.proxy.serve import free_port
 from nemo_polar.server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
+from nemo_polar.server.status import fetch, render
 from nemo_polar.traces.export import read_jsonl
 
 
@@ -62,6 +64,19 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
                 if body.get("status") not in (None, "running", "pending"):
                     break
                 time.sleep(0.3)
+            # each session's rollup travels with its result; the task list sums them; polar status prints both
+            listed = {t["task_id"]: t for t in httpx.get(rollout.url + "/tasks").json()["tasks"]}["t1"]
+            shown = fetch(rollout.url, "t1")
+        rollups = [s["result"]["rollup"] for s in body["sessions"]]
+        assert all(r["calls"] >= 1 and r["prompt_tokens"] > 0 and r["trained_tokens"] > 0 for r in rollups), rollups
+        assert listed["rollup"]["calls"] == sum(r["calls"] for r in rollups)
+        assert listed["rollup"]["trained_tokens"] == sum(r["trained_tokens"] for r in rollups)
+        console = Console(width=200, record=True)
+        render(shown, console)
+        printed = console.export_text()
+        assert f"{listed['rollup']['trained_tokens']:,}" in printed and "sessions of t1" in printed
+        for s in body["sessions"]:
+            assert s["session_id"] in printed
         sessions = body["sessions"]
         assert len(sessions) == 2, body
         for s in sessions:

@@ -29,6 +29,7 @@ from ...contracts import DispatchRequest, HarnessSpec, SessionResult, SessionSta
 from ...errors import HarnessNotInstalled, SandboxError
 from ...evaluators import EvalContext, Evaluation, make_evaluator
 from ...records import Session as ProxySession
+from ...rollup import rollup
 from ...traces import build
 from ...traces.export import write_jsonl
 from .harnesses import HARNESSES, Endpoint, Harness
@@ -221,7 +222,7 @@ class HarnessStages:
     def _result(self, job: Job[Work], evaluation: Evaluation | None) -> SessionResult:
         work = job.data
         task, opened = work.request.task, work.proxy_session
-        stats, traces_path = {}, None
+        stats, traces_path, summed = {}, None, None
         if opened is not None:
             records = self.proxy.records(opened.id)
             built = build(records, task.builder)
@@ -232,6 +233,7 @@ class HarnessStages:
             Path(traces_path).parent.mkdir(parents=True, exist_ok=True)
             write_jsonl(built, traces_path, session_id=job.session_id)
             stats = built.stats.model_dump()
+            summed = rollup(records, built.stats.trained_tokens).model_dump()
         status = job.outcome or SessionState.COMPLETED
         failure = "the agent never ran" if evaluation is None else evaluation.infrastructure_error
         evaluated = {} if evaluation is None else {"evaluator": task.evaluator.kind, **evaluation.model_dump()}
@@ -249,6 +251,7 @@ class HarnessStages:
             | {"logs": work.logs, "harness_version": work.harness_version, "evaluation_s": work.evaluation_s}
             | ({"prepare": work.prepare} if work.prepare else {})
             | ({"evaluation": evaluated} if evaluated else {}),
+            rollup=summed,
             timing=job.timing.model_copy(),
             node_id=self.node_id,
             error=job.error or job.cause or (f"evaluation: {failure}" if evaluation and failure else None),

@@ -259,7 +259,10 @@ class RolloutService:
         return task, sessions
 
     def _tasks_view(self, status: str | None) -> list[dict[str, Any]]:
-        return [t.as_json() | {"counts": self.store.counts(t.id)} for t in self.store.tasks(status)]
+        return [
+            t.as_json() | {"counts": self.store.counts(t.id), "rollup": self.store.rollup_totals(t.id)}
+            for t in self.store.tasks(status)
+        ]
 
     def task_result(self, task_id: str) -> dict[str, Any]:
         """The task, its sessions with states and results, counts by state: also the callback's body."""

@@ -26,6 +26,7 @@ import orjson
 from ...contracts import STORED, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
 from ...errors import Conflict, IllegalMove, NotFound, RequestInvalid
 from ...migrations import Migration, add_column, migrate, statements
+from ...rollup import SUMMED
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -468,6 +469,12 @@ class RolloutStore:
             (grace_s, now),
         )
         return [_session(r) for r in rows]
+
+    def rollup_totals(self, task_id: str) -> dict[str, float]:
+        """The task's session rollups (each result's `rollup`) summed, read inside SQLite."""
+        sums = ", ".join(f"TOTAL(json_extract(CAST(result AS TEXT), '$.rollup.{f}'))" for f in SUMMED)
+        (row,) = self._read(f"SELECT {sums} FROM sessions WHERE task_id=? AND result IS NOT NULL", (task_id,))
+        return {f: round(v, 3) if f.endswith("_s") else int(v) for f, v in zip(SUMMED, row, strict=True)}
 
     def counts(self, task_id: str) -> dict[str, int]:
         rows = self._read("SELECT state, COUNT(*) FROM sessions WHERE task_id=? GROUP BY state", (task_id,))
