@@ -95,6 +95,7 @@ class Policy:
             worst = max(worst, float((mine - served).abs().max()))
         return worst
 
+    @torch.enable_grad()  # whatever the caller's grad mode (it is thread state, and anyone may have set it)
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """One GRPO step; no step (and no optimizer momentum spent) when no group has signal."""
         adv = advantages(samples)

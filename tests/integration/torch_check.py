@@ -12,7 +12,6 @@ def tiny_model():
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch.set_grad_enabled(False)
     return AutoModelForCausalLM.from_pretrained(TINY_MODEL, dtype=torch.float32).eval()
 
 
@@ -21,6 +20,7 @@ def logprobs_of(context: list[int], tokens: list[int]) -> list[float]:
     import torch
 
     ids = torch.tensor([context + tokens])
-    logprobs = torch.log_softmax(tiny_model()(ids).logits[0].float(), dim=-1)
+    with torch.no_grad():  # a context, never the process-wide switch: later tests train
+        logprobs = torch.log_softmax(tiny_model()(ids).logits[0].float(), dim=-1)
     positions = torch.arange(len(context) - 1, len(context) + len(tokens) - 1)
     return logprobs[positions, torch.tensor(tokens)].tolist()
