@@ -45,14 +45,15 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def spawn(args: list[str], health: str) -> subprocess.Popen:
-    """`python ARGS` in its own process group, once `health` answers (its stderr in the error if it exits)."""
-    proc = subprocess.Popen(
-        [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
+    """`python ARGS` in its own process group, once `health` answers (its stderr in the error if it exits).
+    Its stderr goes to a file, never a pipe: a pipe nobody reads fills, and the server blocks on a log line."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{args[1]} exited: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            err.seek(0)
+            raise RuntimeError(f"{args[1]} exited: {err.read().decode(errors='replace')[-2000:]}")
         try:
             urllib.request.urlopen(health, timeout=1)
             return proc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from ..config import ProxyConfig
 from ..serving import ServerThread, free_port, run
 from .app import Proxy
@@ -10,6 +12,7 @@ __all__ = ["ProxyThread", "free_port", "serve"]
 
 
 def serve(config: ProxyConfig) -> None:
+    logging.getLogger("nemo_polar").setLevel(config.log_level.upper())
     proxy = Proxy(config)
     try:
         print(
