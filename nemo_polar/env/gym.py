@@ -139,7 +139,7 @@ class Verdict:
     reward_components: dict[str, float] = field(default_factory=dict)
 
     def fields(self) -> dict[str, Any]:
-        """The top-level `/run` fields: Gym's, NeMo-RL's `instance_config`, components when scored."""
+        """The top-level `/run` fields: Gym's, NeMo-RL's `instance_config`, components when several."""
         out: dict[str, Any] = {
             "reward": self.reward,
             "mask_sample": self.mask_sample,
@@ -147,7 +147,9 @@ class Verdict:
             "failure_reason": self.failure_reason,
             "instance_config": {"mask_sample": self.mask_sample},
         }
-        if self.reward_components and not self.mask_sample:
+        # Only a reward of several parts is sent as parts: NeMo-RL's reward penalties zero `reward` and
+        # leave the parts, then its own check that they sum to `reward` fails the whole batch.
+        if len(self.reward_components) > 1 and not self.mask_sample:
             out["reward_components"] = dict(self.reward_components)
         return out
 

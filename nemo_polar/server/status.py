@@ -38,7 +38,7 @@ def render(status: dict, console: Console | None = None) -> None:
     ):
         tasks.add_column(col)
     for t in status["tasks"]:
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(t["counts"].items()) if v)
+        counts = "\n".join(f"{k} {v}" for k, v in sorted(t["counts"].items()) if v)  # one state a line: never cut
         r = t.get("rollup") or {}
         tasks.add_row(
             t["task_id"],

@@ -1,0 +1,45 @@
+"""A session's verdict as the Gym agent returns it, judged by NeMo-RL's own post-processing."""
+
+from __future__ import annotations
+
+from nemo_polar.env.gym import Verdict, rollout_result
+from nemo_polar.traces.export import write_jsonl
+from nemo_polar.traces.models import Segment, Trace
+
+from ..conftest import nemo_rl_judge, requires_nemo_rl
+
+
+def _session(tmp_path, components: dict[str, float]) -> dict:
+    """A completed session of one trained call whose answer has no text (the tokens decode to nothing)."""
+    trace = Trace(
+        prompt_ids=[1, 2, 3],
+        response_ids=[10, 11],
+        loss_mask=[1, 1],
+        response_logprobs=[-0.1, -0.2],
+        record_ids=["r1"],
+        segments=[Segment(record_id="r1", start=0, end=2, trained=True)],
+        metadata={"seq": [0]},
+    )
+    path = tmp_path / "s1.jsonl"
+    write_jsonl([trace], path, session_id="s1")
+    reward = sum(components.values())
+    result = {"status": "completed", "reward": reward, "reward_components": components, "traces_path": str(path)}
+    return {"session_id": "s1", "state": "completed", "result": result}
+
+
+def test_a_reward_of_one_part_is_sent_as_the_reward_alone():
+    assert "reward_components" not in Verdict(1.0, reward_components={"tests": 1.0}).fields()
+    several = Verdict(1.0, reward_components={"tests": 0.75, "style": 0.25}).fields()
+    assert several["reward_components"] == {"tests": 0.75, "style": 0.25}
+
+
+@requires_nemo_rl
+def test_nemo_rl_penalises_an_empty_answer_without_failing_the_batch(tmp_path):
+    """NeMo-RL's empty-final-answer penalty zeroes `reward` but not its parts, then checks that the parts
+    sum to it: a one-part reward sent as parts failed the whole batch there."""
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}}
+    result = rollout_result(row, _session(tmp_path, {"session_completed": 1.0}), task_id="t")
+    assert result["reward"] == 1.0 and result["mask_sample"] is False
+    (sample,) = nemo_rl_judge([result], reward_penalties={"penalize_empty_final_answer": True})
+    assert "error" not in sample, sample["error"]
+    assert sample["total_reward"] == 0.0  # penalised: the answer has no text
