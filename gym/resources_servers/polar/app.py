@@ -83,9 +83,7 @@ class PolarResourcesServer(SimpleResourcesServer):
                 raise HTTPException(409, f"resources session {sid} is already seeded with another request")
             return ResourcesSeedSessionResponse(resources_session_id=sid)
 
-        async def close_resources_session(
-            self, body: ResourcesCloseSessionRequest
-        ) -> ResourcesCloseSessionResponse:
+        async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
             self._seeded.pop(body.resources_session_id, None)
             self._closed.add(body.resources_session_id)
             return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
