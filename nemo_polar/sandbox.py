@@ -111,6 +111,22 @@ async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
         pass
 
 
+class ProcessGroups:
+    """The process groups one owner (a runtime) runs commands in, so that stopping it kills what still runs."""
+
+    def __init__(self) -> None:
+        self.live: set[int] = set()
+
+    async def run(
+        self, argv: list[str], env: dict[str, str] | None, cwd: Path | None, timeout: float | None
+    ) -> tuple[int, str, str]:
+        return await run_group(argv, env, cwd, timeout, self.live.add, self.live.discard)
+
+    def kill_all(self) -> None:
+        for pgid in list(self.live):
+            kill_group(pgid)
+
+
 def kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from ....contracts import RuntimeSpec
-from ....sandbox import kill_group, run_group
+from ....sandbox import ProcessGroups, kill_group, run_group
 from ..inside import forward
 from .base import CONTAINER_HOME, Bind, ContainerRuntime, remove_tree
 
@@ -79,7 +79,7 @@ class ApptainerRuntime(ContainerRuntime):
         self.binary, self.name, self.overlay = binary, instance_name(session_id), self.folder / "overlay"
         self.started = False
         self.forwarder: asyncio.subprocess.Process | None = None
-        self._live: set[int] = set()
+        self.groups = ProcessGroups()
 
     def _env(self) -> dict[str, str]:
         # apptainer itself needs ours (instance records, cache); --cleanenv keeps it out of the instance
@@ -130,12 +130,11 @@ class ApptainerRuntime(ContainerRuntime):
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
         full = exec_argv(self.binary, self.name, argv, self.spec.env | (env or {}), str(self.inside_work))
-        return await run_group(full, self._env(), None, timeout, self._live.add, self._live.discard)
+        return await self.groups.run(full, self._env(), None, timeout)
 
     async def stop(self) -> None:
         try:
-            for pid in list(self._live):
-                kill_group(pid)
+            self.groups.kill_all()
             if self.forwarder is not None:
                 kill_group(self.forwarder.pid)
                 await self.forwarder.wait()

@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 
 from ....contracts import RuntimeSpec
-from ....sandbox import kill_group, run_group
+from ....sandbox import ProcessGroups
 from .base import ContainerRuntime, remove_tree
 
 # mount the overlay, then become the rest of the command line (bubblewrap)
@@ -53,8 +53,7 @@ class ImageRuntime(ContainerRuntime):
         self.layers = [Path(layer) for layer in (spec.image or "").split(":")]
         self.bwrap, self.unshare, self.mount, self.sh = _tool("bwrap"), _tool("unshare"), _tool("mount"), _tool("sh")
         self.upper, self.scratch, self.root = self.folder / "upper", self.folder / "overlay-work", self.folder / "root"
-        self.pids: list[int] = []  # every process group this runtime started (its leaders' pids)
-        self._live: set[int] = set()
+        self.groups = ProcessGroups()
 
     async def start(self) -> None:
         try:
@@ -92,18 +91,12 @@ class ImageRuntime(ContainerRuntime):
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
         """Run to completion; at `timeout` the whole process group is killed and rc is TIMEOUT_RC."""
-
-        def started(pid: int) -> None:
-            self.pids.append(pid)
-            self._live.add(pid)
-
         full_env = {"PATH": self.path, "LANG": "C.UTF-8"} | self.command_env(env)
-        return await run_group(self.argv(argv), full_env, None, timeout, started, self._live.discard)
+        return await self.groups.run(self.argv(argv), full_env, None, timeout)
 
     async def stop(self) -> None:
         try:
-            for pid in list(self._live):
-                kill_group(pid)
+            self.groups.kill_all()
         finally:
             if self.tunnel is not None:
                 await self.tunnel.stop()

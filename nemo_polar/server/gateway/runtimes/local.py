@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from ....sandbox import bwrap_argv, kill_group, run_group
+from ....sandbox import ProcessGroups, bwrap_argv
 from .. import toolchain
 from .base import (
     FORWARD_SCRIPT,
@@ -82,8 +82,7 @@ class LocalRuntime(Runtime):
         self.inside_work, self.inside_home = (IN_WORK, IN_HOME) if self.bwrap else (self.work, self.home)
         if self.bwrap:
             self.inside_tools, self.inside_scripts = IN_TOOLS, IN_SCRIPTS
-        self.pids: list[int] = []  # every process group this runtime started (its leaders' pids)
-        self._live: set[int] = set()
+        self.groups = ProcessGroups()
 
     @property
     def sandboxed(self) -> bool:
@@ -124,17 +123,10 @@ class LocalRuntime(Runtime):
     ) -> tuple[int, str, str]:
         """Run to completion; at `timeout` the whole process group is killed and rc is TIMEOUT_RC."""
 
-        def started(pid: int) -> None:
-            self.pids.append(pid)
-            self._live.add(pid)
-
-        return await run_group(
-            self.wrap(argv), self.base_env() | (env or {}), self.work, timeout, started, self._live.discard
-        )
+        return await self.groups.run(self.wrap(argv), self.base_env() | (env or {}), self.work, timeout)
 
     async def stop(self) -> None:
-        for pid in list(self._live):
-            kill_group(pid)
+        self.groups.kill_all()
         if self.tunnel is not None:
             await self.tunnel.stop()
         await asyncio.to_thread(remove_tree, self.folder)
