@@ -115,12 +115,17 @@ class ProcessGroups:
     """The process groups one owner (a runtime) runs commands in, so that stopping it kills what still runs."""
 
     def __init__(self) -> None:
+        self.started: list[int] = []  # every group's leader, in order
         self.live: set[int] = set()
 
     async def run(
         self, argv: list[str], env: dict[str, str] | None, cwd: Path | None, timeout: float | None
     ) -> tuple[int, str, str]:
-        return await run_group(argv, env, cwd, timeout, self.live.add, self.live.discard)
+        return await run_group(argv, env, cwd, timeout, self._started, self.live.discard)
+
+    def _started(self, pgid: int) -> None:
+        self.started.append(pgid)
+        self.live.add(pgid)
 
     def kill_all(self) -> None:
         for pgid in list(self.live):

@@ -167,6 +167,6 @@ def test_the_forwarder_and_the_tunnel_leave_nothing_behind(proxy, tmp_path):
 
     socket_dir, (rc, _, _) = go(body())
     assert rc == 124
-    (pid,) = rt.pids
+    (pid,) = rt.groups.started
     assert alive_in_group(pid) == []
     assert not socket_dir.exists() and not rt.folder.exists()

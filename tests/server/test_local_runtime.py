@@ -106,7 +106,7 @@ def test_hanging_command_killed_at_timeout(tmp_path, sandbox):
     rt, rc, out, elapsed = go(body())
     assert rc == TIMEOUT_RC and out == "started\n"
     assert elapsed < 5
-    (pid,) = rt.pids
+    (pid,) = rt.groups.started
     assert alive_in_group(pid) == []
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
@@ -118,7 +118,7 @@ def test_stop_kills_a_running_exec(tmp_path):
         rt = LocalRuntime(tmp_path, sandbox=True)
         await rt.start()
         task = asyncio.create_task(rt.exec(["sleep", "1000"]))
-        while not rt.pids:
+        while not rt.groups.started:
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.1)
         await rt.stop()
@@ -127,7 +127,7 @@ def test_stop_kills_a_running_exec(tmp_path):
 
     rt, rc = go(body())
     assert rc != 0
-    assert alive_in_group(rt.pids[0]) == []
+    assert alive_in_group(rt.groups.started[0]) == []
     assert not rt.folder.exists()
 
 

@@ -55,7 +55,7 @@ def test_a_session_sees_the_image_and_reaches_only_the_proxy(rootfs, proxy, tmp_
             "node": await rt.exec(["/polar/tools/node/bin/node", "-e", "console.log(process.version)"]),
             "write": await rt.exec(["sh", "-c", "echo x > /etc/polar-was-here && cat /etc/polar-was-here"]),
             "slow": await rt.exec(["sleep", "30"], timeout=1),
-            "pids": list(rt.pids),
+            "pids": list(rt.groups.started),
         }
 
     rt, out = session(spec, tmp_path / "root", proxy.url, body)
