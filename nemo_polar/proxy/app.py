@@ -50,6 +50,7 @@ log = logging.getLogger("nemo_polar.proxy")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _SSE_RAW_HEADERS = StreamingResponse((), media_type="text/event-stream", headers=_SSE_HEADERS).raw_headers
 _CREDENTIAL_FIELDS = ("api_key", "apiKey", "key", "authorization")
+_MATCHED_PATHS = 1024
 
 
 def error_response(dialect: Dialect, err: PolarError) -> Response:
@@ -113,6 +114,7 @@ class Proxy:
         self._targets: dict[tuple[str, str], UpstreamInfo] = {}
         self._calls: dict[str, Route] = {}  # the dialects' routes by exact path
         self._patterned_calls: list[Route] = []  # and those with parameters (Gemini's model)
+        self._matched: dict[str, tuple[Route, dict[str, Any]]] = {}  # paths seen, their route and parameters
         self.starlette = Starlette(routes=self._routes(), lifespan=self._lifespan)
 
     @property
@@ -128,19 +130,28 @@ class Proxy:
         admin, unknown routes, other methods) through Starlette, whose middleware and router walk
         cost a call more CPU than parsing its body."""
         if scope["type"] == "http" and not scope.get("root_path"):
-            route = self._calls.get(scope["path"])
+            path = scope["path"]
+            route = self._calls.get(path)
             if route is None:
-                for candidate in self._patterned_calls:
-                    match, child = candidate.matches(scope)
-                    if match is Match.FULL:
-                        route = candidate
-                        scope.update(child)
-                        break
+                route, params = self._matched.get(path) or self._match(scope)
+                if route is not None:
+                    scope["endpoint"], scope["path_params"] = route.endpoint, dict(params)
             if route is not None and route.methods and scope["method"] in route.methods:
                 response = await route.endpoint(Request(scope, receive))
                 await response(scope, receive, send)
                 return
         await self.starlette(scope, receive, send)
+
+    def _match(self, scope: Scope) -> tuple[Route | None, dict[str, Any]]:
+        """The patterned route (Gemini's, the model in the path) a path matches, remembered for the next
+        call on it: a harness uses one path, and a regex walk costs a call more than a dict look-up."""
+        for candidate in self._patterned_calls:
+            match, child = candidate.matches(scope)
+            if match is Match.FULL:
+                if len(self._matched) < _MATCHED_PATHS:  # bounded: the model name is the caller's to choose
+                    self._matched[scope["path"]] = (candidate, child["path_params"])
+                return candidate, child["path_params"]
+        return None, {}
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -402,6 +402,7 @@ class _GeminiStream(StreamRenderer):
         self.include_thoughts = include_thoughts
         self.id = _new_id()
         self.template = Template(self._body(HOLES[0]))  # every chunk but the last
+        self.text_template = Template(self._body([{"text": HOLES[0]}]))  # most of them: a piece of text
 
     def _body(self, parts: Any, completion: Completion | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"candidates": [_candidate(parts, completion and completion.finish_reason)]}
@@ -414,8 +415,10 @@ class _GeminiStream(StreamRenderer):
     def delta(self, delta: Delta) -> list[bytes]:
         # Gemini has no opening event. Tool call pieces wait for `finish`: Gemini never streams
         # partial args, and the finished turn holds each call's complete arguments.
-        parts = _text_parts(delta.reasoning if self.include_thoughts else None, delta.text)
-        return [self.template.render(parts)] if parts else []
+        reasoning = delta.reasoning if self.include_thoughts else None
+        if not reasoning:
+            return [self.text_template.render(delta.text)] if delta.text else []
+        return [self.template.render(_text_parts(reasoning, delta.text))]
 
     def finish(self, completion: Completion) -> list[bytes]:
         return [sse(self._body([_call_part(t) for t in completion.tool_calls], completion))]
