@@ -412,3 +412,18 @@ def test_generation_and_tool_config_map_to_the_canonical_request():
     assert Gemini().parse_request(one, params, {}).tool_choice == {"name": "b"}
     off = body | {"toolConfig": {"functionCallingConfig": {"mode": "NONE"}}}
     assert Gemini().parse_request(off, params, {}).tool_choice == "none"
+
+
+def test_the_model_in_the_path_is_each_calls_own_and_remembered_paths_are_bounded(proxy, session, monkeypatch):
+    """Routes with the model in the path are matched once per path and remembered, up to a bound: a caller
+    choosing a new model name every call neither grows the proxy's memory nor gets another path's model."""
+    from nemo_polar.proxy import app
+
+    monkeypatch.setattr(app, "_MATCHED_PATHS", 2)
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    key = {"x-goog-api-key": session["api_key"]}
+    for name in ("m-1", "m-2", "m-3", "m-1", "m-3"):
+        status, _, text = http("POST", f"{proxy.url}/v1beta/models/{name}:generateContent", body, **key)
+        assert status == 200, text
+        assert json.loads(text)["modelVersion"] == name  # this call's own model, never a remembered one's
+    assert sorted(proxy.proxy._matched) == ["/v1beta/models/m-1:generateContent", "/v1beta/models/m-2:generateContent"]
