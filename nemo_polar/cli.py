@@ -120,7 +120,12 @@ def _bench_proxy(args: argparse.Namespace) -> int:
     from .bench.proxy import run
 
     result = run(
-        requests=args.requests, tokens=args.tokens, token_delay_ms=args.token_delay_ms, concurrency=args.concurrency
+        latency_calls=args.latency_calls,
+        rounds=args.rounds,
+        window_s=args.window_s,
+        tokens=args.tokens,
+        token_delay_ms=args.token_delay_ms,
+        concurrency=args.concurrency,
     )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
@@ -427,7 +432,9 @@ def parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
     bproxy = bench.add_parser("proxy", help="the proxy against direct calls and a bare relay, fake upstream")
     bproxy.add_argument("--json", action="store_true", help="one JSON object on one line")
-    bproxy.add_argument("--requests", type=int, default=3200, help="throughput calls per arm (a quarter for latency)")
+    bproxy.add_argument("--latency-calls", type=int, default=800, help="calls per arm, one at a time")
+    bproxy.add_argument("--rounds", type=int, default=8, help="turns each arm takes, throughput scenarios")
+    bproxy.add_argument("--window-s", type=float, default=0.5, help="seconds measured per arm and round")
     bproxy.add_argument("--concurrency", type=int, default=256, help="calls in flight, throughput scenario")
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)

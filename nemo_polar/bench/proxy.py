@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -170,59 +171,75 @@ async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
     return out
 
 
-async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, n: int) -> tuple[int, float, float]:
-    """`n` calls, `concurrency` in flight; (calls, seconds, the hop's CPU seconds) counted only while
-    all are in flight: from the `concurrency`-th completion to the last before workers run dry."""
-    done: list[float] = []
-    cpu: list[float] = []
-    remaining = n
+async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, window_s: float) -> tuple[int, float, float]:
+    """`concurrency` calls in flight, each worker starting a new one as its last ends; (calls, seconds,
+    the hop's CPU seconds) counted over `window_s` once all are in flight (the first `concurrency`
+    have ended): the filling and draining, when fewer are in flight, are left out."""
+    done = 0
+    stop = False
 
     async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
+        nonlocal done
+        while not stop:
             await call(http, arm)
-            done.append(time.perf_counter())
-            if len(done) in (concurrency, n - concurrency):
-                cpu.append(cpu_seconds(arm.pid))
+            done += 1
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    first, last = concurrency - 1, n - concurrency - 1
-    return last - first, done[last] - done[first], cpu[-1] - cpu[0]
+    workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
+    try:
+        while done < concurrency:
+            await asyncio.sleep(0.002)
+        calls, start, cpu = done, time.perf_counter(), cpu_seconds(arm.pid)
+        await asyncio.sleep(window_s)
+        calls, seconds, cpu = done - calls, time.perf_counter() - start, cpu_seconds(arm.pid) - cpu
+    finally:
+        stop = True
+        await asyncio.gather(*workers)
+    return calls, seconds, cpu
 
 
-async def throughput(arms: list[Arm], concurrency: int, n: int) -> dict[str, dict[str, float]]:
+async def throughput(arms: list[Arm], concurrency: int, rounds: int, window_s: float) -> dict[str, Any]:
     """Requests per second per arm, and the CPU its hop spends per call (the figure least moved by
-    whatever else the machine runs); `n` calls each, in alternating rounds as short as keep all calls
-    in flight for a third of each, so that the machine's drift hits every arm alike."""
-    rounds = n // (3 * concurrency)
-    if not rounds:
-        raise ValueError(f"{n} requests are too few to keep {concurrency} in flight")
-    per_round = n // rounds
+    whatever else the machine runs). The arms take turns, one `window_s` window each per round, so
+    that the machine's drift hits every arm alike; `per_round` keeps each round's rates, from which
+    `ratio` compares two arms."""
     calls = {a.name: 0 for a in arms}
     seconds = {a.name: 0.0 for a in arms}
     cpu = {a.name: 0.0 for a in arms}
+    per_round: list[dict[str, float]] = []
     sessions = {a.name: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) for a in arms}
     try:
         for arm in arms:  # open the connections
             await asyncio.gather(*(call(sessions[arm.name], arm) for _ in range(concurrency)))
         for _ in range(rounds):
+            rates = {}
             for arm in arms:
-                c, s, used = await _flood(sessions[arm.name], arm, concurrency, per_round)
+                c, s, used = await _flood(sessions[arm.name], arm, concurrency, window_s)
                 calls[arm.name] += c
                 seconds[arm.name] += s
                 cpu[arm.name] += used
+                rates[arm.name] = round(c / s, 1)
+            per_round.append(rates)
     finally:
         for http in sessions.values():
             await http.close()
     return {
         "rps": {a.name: round(calls[a.name] / seconds[a.name], 1) for a in arms},
         "cpu_ms_per_call": {a.name: round(1000 * cpu[a.name] / calls[a.name], 3) for a in arms if a.pid},
+        "per_round": per_round,
     }
 
 
+def ratio(per_round: list[dict[str, float]], arm: str, base: str) -> float:
+    """`arm`'s rate over `base`'s, the median of the rounds': each round's pair ran back to back, and
+    the median keeps a round the machine disturbed (a neighbour's burst, on a shared host) from
+    moving the figure."""
+    return round(statistics.median(r[arm] / r[base] for r in per_round), 3)
+
+
 def run(
-    requests: int = 3200,
+    latency_calls: int = 800,
+    rounds: int = 8,
+    window_s: float = 0.5,
     tokens: int = 16,
     token_delay_ms: float = 0.0,
     concurrency: int = 256,
@@ -246,14 +263,17 @@ def run(
         procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(undurable) + "/health"))
         hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid), Hop(url(undurable), procs[4].pid)
         scenarios = asyncio.run(
-            _measure(url(fast), url(paced), *hops, tokens, requests, concurrency, paced_concurrency)
+            _measure(
+                url(fast), url(paced), *hops, tokens, latency_calls, (rounds, window_s), concurrency, paced_concurrency
+            )
         )
     finally:
         for p in procs:
             stop_group(p.pid, grace_s=5)
     return _summary(scenarios) | {
-        "requests": requests,
-        "latency_calls": _latency_calls(requests),
+        "latency_calls": latency_calls,
+        "rounds": rounds,
+        "window_s": window_s,
         "tokens": tokens,
         "concurrency": concurrency,
         "paced_concurrency": paced_concurrency,
@@ -264,7 +284,16 @@ def run(
 
 
 async def _measure(
-    fast: str, paced: str, bare: Hop, proxy: Hop, undurable: Hop, tokens: int, n: int, c: int, paced_c: int
+    fast: str,
+    paced: str,
+    bare: Hop,
+    proxy: Hop,
+    undurable: Hop,
+    tokens: int,
+    n: int,
+    windows: tuple[int, float],
+    c: int,
+    paced_c: int,
 ) -> list[dict[str, Any]]:
     key = await _session(proxy.url, {})
     paced_key = await _session(proxy.url, {"upstream_url": paced})  # the same proxy, this session's server paced
@@ -276,10 +305,10 @@ async def _measure(
             UNDURABLE, undurable.url + path, orjson.dumps(native), {"Content-Type": "application/json"} | headers
         )
         each = [*arms(fast, bare, proxy, key, tokens, stream), dataclasses.replace(plain, pid=undurable.pid)]
-        lat = await latency(each, _latency_calls(n))
+        lat = await latency(each, n)
         scenarios.append({"kind": "latency", "stream": stream, "concurrency": 1} | lat)
-        thr = await throughput(each, c, n)
-        rps, cpu = thr["rps"], thr["cpu_ms_per_call"]
+        thr = await throughput(each, c, *windows)
+        rps, cpu, rounds = thr["rps"], thr["cpu_ms_per_call"], thr["per_round"]
         scenarios.append(
             {
                 "kind": "throughput",
@@ -287,7 +316,7 @@ async def _measure(
                 "concurrency": c,
                 **thr,
                 "vs_direct": {k: round(v / rps["direct"], 3) for k, v in rps.items() if k != "direct"},
-                "vs_bare": {k: round(v / rps["bare"], 3) for k, v in rps.items() if k in DIALECTS},
+                "vs_bare": {k: ratio(rounds, k, "bare") for k in rps if k in DIALECTS},
                 # None when the run was too short for the clock's ticks (10 ms) to see the bare relay
                 "cpu_vs_bare": {
                     k: round(v / cpu["bare"], 3) if cpu["bare"] else None for k, v in cpu.items() if k in DIALECTS
@@ -295,16 +324,18 @@ async def _measure(
             }
         )
         paced_arms = arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",))
-        rps = (await throughput(paced_arms, paced_c, n))["rps"]
-        ratio = round(rps["openai_chat"] / rps["direct"], 3)
+        thr = await throughput(paced_arms, paced_c, *windows)
         scenarios.append(
-            {"kind": "paced", "stream": stream, "concurrency": paced_c, "rps": rps, "throughput_ratio": ratio}
+            {
+                "kind": "paced",
+                "stream": stream,
+                "concurrency": paced_c,
+                "rps": thr["rps"],
+                "per_round": thr["per_round"],
+                "throughput_ratio": ratio(thr["per_round"], "openai_chat", "direct"),
+            }
         )
     return scenarios
-
-
-def _latency_calls(requests: int) -> int:
-    return max(20, requests // 4)
 
 
 def _summary(scenarios: list[dict[str, Any]]) -> dict[str, Any]:
