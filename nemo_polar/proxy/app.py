@@ -40,7 +40,7 @@ from .backends import BACKENDS
 from .dialects import DIALECTS, Dialect, guess_dialect
 from .gate import GenerationGate
 from .http import Response as UpstreamResponse
-from .ids import new_hex
+from .ids import ordered_hex
 from .sessions import Sessions
 from .splice import SpliceIndex
 from .upstream import Upstream
@@ -330,7 +330,7 @@ class Proxy:
         )
         # built from our own values: validation would only cost time on the response path
         record = CompletionRecord.model_construct(
-            id=new_hex(),
+            id=ordered_hex(),
             session_id=call.session.id,
             seq=call.seq,
             started_at=call.started_at,
