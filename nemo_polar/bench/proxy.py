@@ -148,7 +148,10 @@ async def call(http: aiohttp.ClientSession, arm: Arm) -> float:
 
 
 async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
-    """Concurrency 1, one call per arm in turn; percentiles per arm, added = arm - direct."""
+    """Concurrency 1, the arms in turn; percentiles per arm, added = arm - direct. Each timed call
+    follows an untimed one on the same arm, so that every arm is timed on processes that are
+    running, as a busy hop's are: timed first after another process's call, a hop also paid for
+    the OS waking it from idle (0.1 ms here, on whichever arm came first, whatever its code)."""
     times: dict[str, list[float]] = {a.name: [] for a in arms}
     async with aiohttp.ClientSession() as http:
         for _ in range(20):  # warm every path
@@ -156,6 +159,7 @@ async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
                 await call(http, arm)
         for _ in range(n):
             for arm in arms:
+                await call(http, arm)
                 times[arm.name].append(await call(http, arm))
     ms = lambda v: round(v * 1000, 3)  # noqa: E731
     p50 = {name: _pct(v, 0.5) for name, v in times.items()}

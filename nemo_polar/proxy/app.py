@@ -220,7 +220,7 @@ class Proxy:
                 if not streaming:
                     self.gate.release()
                     self.metrics.upstream(-1)
-            if await request.is_disconnected():  # the harness gave up waiting: not an answer it has
+            if gone(request.receive):  # the harness gave up waiting: not an answer it has
                 await self._record(call, completion, status="client_disconnected", error="client disconnected")
                 return Response(status_code=499)
             await self._record(call, completion)
@@ -591,6 +591,19 @@ class RelayResponse(Response):
             if watcher is not None:
                 watcher.cancel()
             self.relay.close()
+
+
+def gone(receive: Receive) -> bool:
+    """Whether the client has disconnected, asked without waiting. ASGI has no such question, so
+    `receive()` is stepped once and dropped if it would wait: what Starlette's `is_disconnected()`
+    does under an anyio cancel scope, at a tenth of the cost (3% of a call's CPU)."""
+    step = receive()
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value.get("type") == "http.disconnect"
+    step.close()  # it was waiting for the client: nothing has come
+    return False
 
 
 def _served_by(target: UpstreamInfo, c: Completion | None) -> UpstreamInfo:
