@@ -5,10 +5,11 @@ Fake upstreams, the bare relay and the proxy run as child processes (as in produ
 its own process); this process drives them all with one client, side by side. Arms: `direct`,
 `bare`, and the proxy in each dialect (the harness's side of the call differs, the upstream call is
 the same Chat Completions stream).
-- latency: concurrency 1, an instant upstream, one call per arm in turn so that drift hits all
-  alike; added = arm - direct, per percentile;
+- latency: concurrency 1, an instant upstream, the arms in turn so that drift hits all alike (each
+  timed call after an untimed one on its arm); added = arm - direct, per percentile;
 - throughput: `concurrency` calls in flight on the instant upstream, so every hop is CPU-bound and
-  requests per second say what each spends per call; arms alternate in rounds;
+  requests per second say what each spends per call; arms take turns in timed windows, and a ratio
+  between arms is the median of the rounds';
 - paced: 64 in flight, the upstream pacing its tokens like a busy inference server: the proxy must
   not slow what the upstream can serve (direct vs the proxy's Chat Completions).
 Each streamed and not. `*_vs_bare` figures are ratios to the bare relay's. A second proxy with
@@ -328,7 +329,9 @@ async def _measure(
             }
         )
         paced_arms = arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",))
-        thr = await throughput(paced_arms, paced_c, *windows)
+        # paced calls last ~0.2 s and end in waves: 3 rounds of windows 8x as long, so that a window's
+        # count does not hinge on whether one more wave fell inside it
+        thr = await throughput(paced_arms, paced_c, 3, 8 * windows[1])
         scenarios.append(
             {
                 "kind": "paced",
