@@ -191,7 +191,7 @@ async def _flood(http: aiohttp.ClientSession, arm: Arm, concurrency: int, window
 
     workers = [asyncio.ensure_future(worker()) for _ in range(concurrency)]
     try:
-        while done < concurrency:
+        while done < concurrency and not any(w.done() for w in workers):  # a failed call ends its worker
             await asyncio.sleep(0.002)
         calls, start, cpu = done, time.perf_counter(), cpu_seconds(arm.pid)
         await asyncio.sleep(window_s)
