@@ -46,8 +46,7 @@ def server(app: Any, host: str, port: int) -> uvicorn.Server:
 class _HeadWithBody:
     """A connection's transport on which a response's head waits for its body's first bytes, so
     that both go out in one write. uvicorn writes the head (`http.response.start`) and each body
-    piece apart: two send() calls where one does, and on loopback a send() is the costliest step of
-    a short answer (about 7% of the proxy's CPU per streamed call). A head no body follows goes out
+    piece apart: two send() calls and two packets where one does. A head no body follows goes out
     on the loop's next turn; `100 Continue` is never held (the client waits for it to send the body)."""
 
     __slots__ = ("_transport", "_held", "_loop")

@@ -269,7 +269,7 @@ def run(
         hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid), Hop(url(undurable), procs[4].pid)
         scenarios = asyncio.run(
             _measure(
-                url(fast), url(paced), *hops, tokens, latency_calls, (rounds, window_s), concurrency, paced_concurrency
+                url(fast), url(paced), *hops, tokens, latency_calls, rounds, window_s, concurrency, paced_concurrency
             )
         )
     finally:
@@ -296,7 +296,8 @@ async def _measure(
     undurable: Hop,
     tokens: int,
     n: int,
-    windows: tuple[int, float],
+    rounds: int,
+    window_s: float,
     c: int,
     paced_c: int,
 ) -> list[dict[str, Any]]:
@@ -312,8 +313,8 @@ async def _measure(
         each = [*arms(fast, bare, proxy, key, tokens, stream), dataclasses.replace(plain, pid=undurable.pid)]
         lat = await latency(each, n)
         scenarios.append({"kind": "latency", "stream": stream, "concurrency": 1} | lat)
-        thr = await throughput(each, c, *windows)
-        rps, cpu, rounds = thr["rps"], thr["cpu_ms_per_call"], thr["per_round"]
+        thr = await throughput(each, c, rounds, window_s)
+        rps, cpu, each_round = thr["rps"], thr["cpu_ms_per_call"], thr["per_round"]
         scenarios.append(
             {
                 "kind": "throughput",
@@ -321,7 +322,7 @@ async def _measure(
                 "concurrency": c,
                 **thr,
                 "vs_direct": {k: round(v / rps["direct"], 3) for k, v in rps.items() if k != "direct"},
-                "vs_bare": {k: ratio(rounds, k, "bare") for k in rps if k in DIALECTS},
+                "vs_bare": {k: ratio(each_round, k, "bare") for k in rps if k in DIALECTS},
                 # None when the run was too short for the clock's ticks (10 ms) to see the bare relay
                 "cpu_vs_bare": {
                     k: round(v / cpu["bare"], 3) if cpu["bare"] else None for k, v in cpu.items() if k in DIALECTS
@@ -331,7 +332,7 @@ async def _measure(
         paced_arms = arms(paced, None, proxy, paced_key, tokens, stream, ("openai_chat",))
         # paced calls last ~0.2 s and end in waves: 3 rounds of windows 8x as long, so that a window's
         # count does not hinge on whether one more wave fell inside it
-        thr = await throughput(paced_arms, paced_c, 3, 8 * windows[1])
+        thr = await throughput(paced_arms, paced_c, 3, 8 * window_s)
         scenarios.append(
             {
                 "kind": "paced",
