@@ -330,36 +330,36 @@ def run(
     per_route: int = 10_000, seed: int = 0, concurrency: int = 16, rollout_requests: int | None = None
 ) -> dict[str, Any]:
     """Every route fuzzed `per_route` times (the rollout server's task route too, or `rollout_requests`)."""
-    tmp = tempfile.mkdtemp(prefix="polar-fuzz-")
-    fake, proxy, rollout = (free_port() for _ in range(3))
-    url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
-    procs = []
-    t0 = time.monotonic()
-    try:
-        procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", "--port", str(fake)], url(fake) + "/health"))
-        store = f"{tmp}/records.sqlite"
-        args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", f"control_token={TOKEN}"]
-        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *args, "log_level=error"], url(proxy) + "/health"))
-        args = [f"port={rollout}", f"store.path={tmp}/rollout.sqlite", f"control_token={TOKEN}", "dispatch=false"]
-        procs.append(spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
-        tally = Tally()
-        seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally))
-        asyncio.run(_fuzz_rollout(url(rollout), rollout_requests or per_route, seed, concurrency, tally))
-    finally:
-        for p in procs:
-            stop_group(p.pid, grace_s=5)
-    kept = SqliteStore(store)
-    lost = wrong = 0
-    try:
-        markers = {marker: sid for marker, sid, _ in seen["sessions"]}
-        for _, sid, _ in seen["sessions"]:
-            records = kept.records(sid)
-            lost += max(0, seen["answered"][sid] - sum(r.status == "ok" for r in records))
-            for r in records:
-                text = orjson.dumps(r.native_request).decode()
-                wrong += any(m in text for m, owner in markers.items() if owner != sid)
-    finally:
-        kept.close()
+    with tempfile.TemporaryDirectory(prefix="polar-fuzz-") as tmp:  # the stores go with the run
+        fake, proxy, rollout = (free_port() for _ in range(3))
+        url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
+        procs = []
+        t0 = time.monotonic()
+        try:
+            procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", "--port", str(fake)], url(fake) + "/health"))
+            store = f"{tmp}/records.sqlite"
+            args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", f"control_token={TOKEN}"]
+            procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *args, "log_level=error"], url(proxy) + "/health"))
+            args = [f"port={rollout}", f"store.path={tmp}/rollout.sqlite", f"control_token={TOKEN}", "dispatch=false"]
+            procs.append(spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
+            tally = Tally()
+            seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally))
+            asyncio.run(_fuzz_rollout(url(rollout), rollout_requests or per_route, seed, concurrency, tally))
+        finally:
+            for p in procs:
+                stop_group(p.pid, grace_s=5)
+        kept = SqliteStore(store)
+        lost = wrong = 0
+        try:
+            markers = {marker: sid for marker, sid, _ in seen["sessions"]}
+            for _, sid, _ in seen["sessions"]:
+                records = kept.records(sid)
+                lost += max(0, seen["answered"][sid] - sum(r.status == "ok" for r in records))
+                for r in records:
+                    text = orjson.dumps(r.native_request).decode()
+                    wrong += any(m in text for m, owner in markers.items() if owner != sid)
+        finally:
+            kept.close()
     return {
         "requests": tally.requests,
         "per_route": per_route,

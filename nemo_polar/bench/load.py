@@ -67,34 +67,34 @@ async def _drive(url: str, keys: list[str], seconds: float) -> dict[str, Any]:
 
 
 def run(sessions: int = 512, seconds: float = 120.0, tokens: int = 16, token_delay_ms: float = 20.0) -> dict[str, Any]:
-    tmp = tempfile.mkdtemp(prefix="polar-load-")
-    fake, proxy = free_port(), free_port()
-    url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
-    store = f"{tmp}/records.sqlite"
-    procs = []
-    try:
-        args = ["--port", str(fake), "--tokens", str(tokens), "--token-delay-ms", str(token_delay_ms)]
-        procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", *args], url(fake) + "/health"))
-        args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", "log_level=warning"]
-        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *args], url(proxy) + "/health"))
-        pid = procs[1].pid
-        keys, ids = [], []
-        for _ in range(sessions):
-            opened = _open(url(proxy))
-            keys.append(opened["api_key"])
-            ids.append(opened["session_id"])
-        rss_start = rss_mb(pid)
-        seen = asyncio.run(_drive(url(proxy), keys, seconds))
-        rss_end = rss_mb(pid)
-    finally:
-        for p in procs:
-            stop_group(p.pid, grace_s=10)
-    kept = SqliteStore(store)
-    try:
-        ok = {sid: sum(r.status == "ok" for r in kept.records(sid)) for sid in ids}
-        records = len(kept.records())
-    finally:
-        kept.close()
+    with tempfile.TemporaryDirectory(prefix="polar-load-") as tmp:  # the stores go with the run
+        fake, proxy = free_port(), free_port()
+        url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
+        store = f"{tmp}/records.sqlite"
+        procs = []
+        try:
+            args = ["--port", str(fake), "--tokens", str(tokens), "--token-delay-ms", str(token_delay_ms)]
+            procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", *args], url(fake) + "/health"))
+            args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", "log_level=warning"]
+            procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *args], url(proxy) + "/health"))
+            pid = procs[1].pid
+            keys, ids = [], []
+            for _ in range(sessions):
+                opened = _open(url(proxy))
+                keys.append(opened["api_key"])
+                ids.append(opened["session_id"])
+            rss_start = rss_mb(pid)
+            seen = asyncio.run(_drive(url(proxy), keys, seconds))
+            rss_end = rss_mb(pid)
+        finally:
+            for p in procs:
+                stop_group(p.pid, grace_s=10)
+        kept = SqliteStore(store)
+        try:
+            ok = {sid: sum(r.status == "ok" for r in kept.records(sid)) for sid in ids}
+            records = len(kept.records())
+        finally:
+            kept.close()
     lost = sum(max(0, n - ok[sid]) for sid, n in zip(ids, seen["answered"], strict=True))
     ms = lambda v: round(1000 * v, 1)  # noqa: E731
     calls = sum(seen["answered"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -35,6 +36,7 @@ class VLLMServer:
     extra_args: list[str] = field(default_factory=list)
     dev_mode: bool = False  # vLLM's /collective_rpc (reload_weights) and /reset_prefix_cache: weights in place
     process: subprocess.Popen | None = None
+    cache: str | None = None  # VLLM_CACHE_ROOT: this server's own, removed when it stops
 
     @property
     def url(self) -> str:
@@ -72,13 +74,14 @@ class VLLMServer:
             raise FileNotFoundError(f"{self.python} missing: run scripts/setup.sh")
         if not (self.model / "config.json").exists():
             raise FileNotFoundError(f"no model in {self.model}: run scripts/setup.sh (or polar model build)")
+        self.cache = tempfile.mkdtemp(prefix="polar-vllm-cache-")
         env = (
             os.environ
             | {
                 "HF_HUB_OFFLINE": "1",
                 "VLLM_NO_USAGE_STATS": "1",
                 "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CACHE_ROOT": tempfile.mkdtemp(prefix="polar-vllm-cache-"),
+                "VLLM_CACHE_ROOT": self.cache,
                 "TOKENIZERS_PARALLELISM": "false",
             }
             | ({"VLLM_SERVER_DEV_MODE": "1"} if self.dev_mode else {})
@@ -113,6 +116,9 @@ class VLLMServer:
             stop_group(self.process.pid)
             self.process.wait(30)
             self.process = None
+        if self.cache is not None:
+            shutil.rmtree(self.cache, ignore_errors=True)
+            self.cache = None
 
     def __enter__(self) -> VLLMServer:
         return self.start()

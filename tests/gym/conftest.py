@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -141,7 +142,12 @@ def gym_env(request, polar_stack, tmp_path_factory) -> Iterator[GymEnv]:
         pytest.skip(why)
     tmp = tmp_path_factory.mktemp(f"gym-{version}")  # Gym's Hydra writes outputs/ into its working folder
     venvs = tmp / "venvs"  # empty: Gym's builder makes every server's venv itself
-    overrides = [f"+uv_venv_dir={venvs}", f"++head_server.port={free_port()}", "++head_server.host=127.0.0.1"]
+    overrides = [
+        f"+uv_venv_dir={venvs}",
+        f"++uv_cache_dir={UV_CACHE}",  # Gym's default is a cache in its working folder: one download per version
+        f"++head_server.port={free_port()}",
+        "++head_server.host=127.0.0.1",
+    ]
     env = gym_environment(version, tmp, polar_stack.rollout.url)
     log = tmp / "gym_env_start.log"
     with open(log, "wb") as out:
@@ -160,6 +166,7 @@ def gym_env(request, polar_stack, tmp_path_factory) -> Iterator[GymEnv]:
     finally:
         stop_group(proc.pid, grace_s=30)
         proc.wait(30)
+        shutil.rmtree(venvs, ignore_errors=True)  # a GB per version: gone before the next version builds its own
 
 
 def _wait_ready(proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
