@@ -210,6 +210,16 @@ setup_model() {
   stamp model "$spec"
 }
 
+# A disk that fills half-way fails far from its cause (a pip, npm or uv write): warn before starting.
+# Measured: a set-up from nothing takes about 14 GB; a first test run about 4 GB more (Gym's uv cache, temp).
+disk_check() {
+  local need=4 free
+  compgen -G "$DEPS/*.stamp" >/dev/null || need=18
+  free=$(df -P -BG "$DEPS" | awk 'NR == 2 { print int($4) }')
+  ((free >= need)) || log "warning: ${free} GB free at $DEPS; a set-up from nothing takes ~14 GB, a first test run ~4 GB more"
+}
+disk_check
+
 parts=("$@")
 [[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs)
 for part in "${parts[@]}"; do
