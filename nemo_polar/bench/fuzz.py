@@ -34,10 +34,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..local.vllm_server import stop_group
 from ..proxy.serve import free_port
 from ..store import SqliteStore
-from .proxy import spawn
+from .proxy import children, spawn
 
 DEEP = "\x00deep\x00"  # stands for a value nested too deep for orjson to write: spliced in as text
 TOKEN = "fuzz-token"
@@ -333,9 +332,8 @@ def run(
     with tempfile.TemporaryDirectory(prefix="polar-fuzz-") as tmp:  # the stores go with the run
         fake, proxy, rollout = (free_port() for _ in range(3))
         url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
-        procs = []
         t0 = time.monotonic()
-        try:
+        with children() as procs:
             procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", "--port", str(fake)], url(fake) + "/health"))
             store = f"{tmp}/records.sqlite"
             args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", f"control_token={TOKEN}"]
@@ -345,9 +343,6 @@ def run(
             tally = Tally()
             seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally))
             asyncio.run(_fuzz_rollout(url(rollout), rollout_requests or per_route, seed, concurrency, tally))
-        finally:
-            for p in procs:
-                stop_group(p.pid, grace_s=5)
         kept = SqliteStore(store)
         lost = wrong = 0
         try:

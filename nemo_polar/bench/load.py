@@ -19,10 +19,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..local.vllm_server import stop_group
 from ..proxy.serve import free_port
 from ..store import SqliteStore
-from .proxy import _pct, spawn
+from .proxy import _pct, children, spawn
 
 
 def rss_mb(pid: int) -> float:
@@ -71,8 +70,7 @@ def run(sessions: int = 512, seconds: float = 120.0, tokens: int = 16, token_del
         fake, proxy = free_port(), free_port()
         url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
         store = f"{tmp}/records.sqlite"
-        procs = []
-        try:
+        with children(grace_s=10) as procs:
             args = ["--port", str(fake), "--tokens", str(tokens), "--token-delay-ms", str(token_delay_ms)]
             procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", *args], url(fake) + "/health"))
             args = [f"port={proxy}", f"upstream.url={url(fake)}", f"store.path={store}", "log_level=warning"]
@@ -86,9 +84,6 @@ def run(sessions: int = 512, seconds: float = 120.0, tokens: int = 16, token_del
             rss_start = rss_mb(pid)
             seen = asyncio.run(_drive(url(proxy), keys, seconds))
             rss_end = rss_mb(pid)
-        finally:
-            for p in procs:
-                stop_group(p.pid, grace_s=10)
         kept = SqliteStore(store)
         try:
             ok = {sid: sum(r.status == "ok" for r in kept.records(sid)) for sid in ids}

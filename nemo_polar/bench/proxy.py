@@ -20,6 +20,7 @@ Chat Completions arm, `UNDURABLE`: `durable_cost` is what that guarantee costs p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import statistics
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,17 @@ def spawn(args: list[str], health: str) -> subprocess.Popen:
             time.sleep(0.1)
     stop_group(proc.pid)
     raise TimeoutError(f"{args} did not start")
+
+
+@contextlib.contextmanager
+def children(grace_s: float = 5.0) -> Iterator[list[subprocess.Popen]]:
+    """A list for the processes a run `spawn`s; each one's group is stopped on leaving, whatever happened."""
+    procs: list[subprocess.Popen] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            stop_group(p.pid, grace_s=grace_s)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -252,42 +265,25 @@ def run(
 ) -> dict[str, Any]:
     """Every scenario; `token_delay_ms` paces the paced upstream (0: 10 ms per token, a busy server)."""
     pacing = token_delay_ms or 10.0
-    procs: list[subprocess.Popen] = []
-    with tempfile.TemporaryDirectory(prefix="polar-bench-") as tmp:  # the stores go with the run
+    # the stores go with the run; the servers are stopped before them
+    with tempfile.TemporaryDirectory(prefix="polar-bench-") as tmp, children() as procs:
         fast, paced, bare, proxy, undurable = (free_port() for _ in range(5))
         url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
         fake = ["-m", "nemo_polar.bench.fake_upstream", "--tokens", str(tokens)]
-        try:
-            procs.append(spawn([*fake, "--port", str(fast)], url(fast) + "/health"))
-            procs.append(spawn([*fake, "--port", str(paced), "--token-delay-ms", str(pacing)], url(paced) + "/health"))
-            bare_args = ["--port", str(bare), "--upstream", url(fast)]
-            procs.append(spawn(["-m", "nemo_polar.bench.bare", *bare_args], url(bare) + "/health"))
-            proxy_args = [
-                f"port={proxy}",
-                "log_level=warning",
-                f"upstream.url={url(fast)}",
-                f"store.path={tmp}/r.sqlite",
-            ]
-            procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
-            proxy_args = [f"port={undurable}", *proxy_args[1:-1], f"store.path={tmp}/u.sqlite", "store.durable=false"]
-            procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(undurable) + "/health"))
-            hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid), Hop(url(undurable), procs[4].pid)
-            scenarios = asyncio.run(
-                _measure(
-                    url(fast),
-                    url(paced),
-                    *hops,
-                    tokens,
-                    latency_calls,
-                    rounds,
-                    window_s,
-                    concurrency,
-                    paced_concurrency,
-                )
+        procs.append(spawn([*fake, "--port", str(fast)], url(fast) + "/health"))
+        procs.append(spawn([*fake, "--port", str(paced), "--token-delay-ms", str(pacing)], url(paced) + "/health"))
+        bare_args = ["--port", str(bare), "--upstream", url(fast)]
+        procs.append(spawn(["-m", "nemo_polar.bench.bare", *bare_args], url(bare) + "/health"))
+        proxy_args = [f"port={proxy}", "log_level=warning", f"upstream.url={url(fast)}", f"store.path={tmp}/r.sqlite"]
+        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
+        proxy_args = [f"port={undurable}", *proxy_args[1:-1], f"store.path={tmp}/u.sqlite", "store.durable=false"]
+        procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(undurable) + "/health"))
+        hops = Hop(url(bare), procs[2].pid), Hop(url(proxy), procs[3].pid), Hop(url(undurable), procs[4].pid)
+        scenarios = asyncio.run(
+            _measure(
+                url(fast), url(paced), *hops, tokens, latency_calls, rounds, window_s, concurrency, paced_concurrency
             )
-        finally:
-            for p in procs:
-                stop_group(p.pid, grace_s=5)
+        )
     return _summary(scenarios) | {
         "latency_calls": latency_calls,
         "rounds": rounds,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -89,6 +90,8 @@ def check(
     finally:
         if vllm is not None:
             vllm.stop()
+    if vllm is not None:  # its log is kept only where an error names it
+        shutil.rmtree(folder, ignore_errors=True)
     return out | {"seconds": round(time.monotonic() - t0, 1)}
 
 
