@@ -131,6 +131,18 @@ def _bench_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_long(args: argparse.Namespace) -> int:
+    from .bench.long import MODES, run
+    from .local.vllm_server import DEPS
+
+    tokenizer = args.tokenizer or str(DEPS / "models" / "tiny")
+    modes = MODES if Path(tokenizer, "tokenizer.json").is_file() or args.tokenizer else ("fake",)
+    turns = [int(t) for t in args.turns.split(",")]
+    result = run(turns=turns, sessions=args.sessions, window=args.window, modes=modes, tokenizer=tokenizer)
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0
+
+
 def _bench_fuzz(args: argparse.Namespace) -> int:
     from .bench.fuzz import run
 
@@ -439,6 +451,13 @@ def parser() -> argparse.ArgumentParser:
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
     bproxy.set_defaults(func=_bench_proxy)
+    blong = bench.add_parser("long", help="one agent session at 50-200 turns: store bytes, latency, trace build")
+    blong.add_argument("--json", action="store_true", help="one JSON object on one line")
+    blong.add_argument("--turns", default="50,100,200", help="session lengths measured (one session, comma-separated)")
+    blong.add_argument("--sessions", type=int, default=3, help="identical sessions side by side")
+    blong.add_argument("--window", type=int, default=20, help="turns at each end whose latency is compared")
+    blong.add_argument("--tokenizer", default=None, help="tokenizer folder for real ids (default: the tiny model's)")
+    blong.set_defaults(func=_bench_long)
     bfuzz = bench.add_parser("fuzz", help="seeded mutated requests on every model route and the task route")
     bfuzz.add_argument("--json", action="store_true", help="one JSON object on one line")
     bfuzz.add_argument("--per-route", type=int, default=10_000, help="requests per route (5 model routes + tasks)")

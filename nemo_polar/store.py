@@ -70,7 +70,11 @@ def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
+def connect(path: str | Path, read_only: bool = False) -> sqlite3.Connection:
+    if read_only:  # a reader never creates, migrates or writes the file it is shown
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=10000")
+        return conn
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -79,11 +83,17 @@ def connect(path: str | Path) -> sqlite3.Connection:
 
 
 class SqliteStore:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, read_only: bool = False):
+        """`read_only`: for readers (exports, `polar view`, benchmarks): the file is neither created nor
+        migrated, and nothing is written (a store from an older version reads as it is)."""
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._read = connect(self.path)
-        migrate(self._read, MIGRATIONS, f"record store {self.path}")
+        self.read_only = read_only
+        if read_only:
+            self._read = connect(self.path, read_only=True)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._read = connect(self.path)
+            migrate(self._read, MIGRATIONS, f"record store {self.path}")
         self._read_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
         self._hurry = threading.Event()
@@ -92,7 +102,8 @@ class SqliteStore:
         self._loop_conn: sqlite3.Connection | None = None  # durable(): the event loop's own writes
         self._turn: list[tuple[CompletionRecord, asyncio.Future[None]]] = []
         self._writer = threading.Thread(target=self._write_loop, name="polar-store-writer", daemon=True)
-        self._writer.start()
+        if not read_only:
+            self._writer.start()
 
     @property
     def healthy(self) -> bool:

@@ -4,12 +4,19 @@ It speaks Chat Completions the way vLLM, SGLang or NeMo-RL's server do, token fi
 and misbehaves on request: a user message containing `[fault:NAME]` triggers
   http500 | http400_overflow | reset | timeout | cut | no_token_ids | tool_call | slow | echo (the last message)
 Tokens are numbered words ("w0 w1 ..."), one per token; `token_delay_s` spaces streamed tokens.
+
+`history=True` plays a long agent session's server (`polar bench long`): the prompt ids cover the whole
+history, each message encoded once (`HistoryIds`), so a call's prompt extends the previous call's prompt +
+sample exactly as a real server's does; every answer is the next tool call of the session, its id and
+arguments numbered by the turn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import zlib
+from pathlib import Path
 import threading
 import time
 from collections import deque
@@ -43,6 +50,69 @@ def _prompt_ids(body: dict[str, Any]) -> list[int]:
     return [b % 251 + 5 for b in raw[:4096]]
 
 
+class HistoryIds:
+    """Token ids of a ChatML-rendered history, each message encoded once (a session re-sends them all).
+
+    A message is `<|im_start|>` + role line + body + `<|im_end|>` + newline, each piece encoded on its own,
+    and a sample is its body + `<|im_end|>`: the next prompt extends prompt + sample exactly. Ids come from
+    a tokenizer (`tokenizer.json` in `tokenizer_dir`, the tiny model's) or, without one, one made-up id per
+    16 bytes of text.
+    """
+
+    def __init__(self, tokenizer_dir: str | Path | None = None):
+        self._encode = _sixteen_bytes
+        self.bot, self.eot = 1, 2
+        if tokenizer_dir is not None:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+            self._encode = lambda text: tok.encode(text, add_special_tokens=False).ids
+            self.bot, self.eot = tok.token_to_id("<|im_start|>"), tok.token_to_id("<|im_end|>")
+        self._pieces: dict[str, list[int]] = {}
+        self.generation_prompt = [self.bot, *self.encode("assistant\n")]
+
+    def encode(self, text: str) -> list[int]:
+        ids = self._pieces.get(text)
+        if ids is None:
+            ids = self._pieces[text] = self._encode(text)
+        return ids
+
+    def prompt(self, messages: list[dict[str, Any]]) -> list[int]:
+        ids: list[int] = []
+        for m in messages:
+            ids += [self.bot, *self.encode(f"{m.get('role')}\n"), *self.encode(body_text(m)), self.eot]
+            ids += self.encode("\n")
+        return ids + self.generation_prompt
+
+    def sample(self, message: dict[str, Any]) -> list[int]:
+        return [*self.encode(body_text(message)), self.eot]
+
+
+def body_text(message: dict[str, Any]) -> str:
+    """What a message renders as between its role line and `<|im_end|>`: its text, or its tool calls."""
+    calls = message.get("tool_calls")
+    if calls:
+        return "\n".join(
+            f'<tool_call>\n{{"name": "{c["function"]["name"]}", "arguments": {c["function"]["arguments"]}}}\n</tool_call>'
+            for c in calls
+        )
+    content = message.get("content")
+    return content if isinstance(content, str) else orjson.dumps(content).decode()
+
+
+def _sixteen_bytes(text: str) -> list[int]:
+    raw = text.encode()
+    return [zlib.crc32(raw[i : i + 16]) % 4000 + 100 for i in range(0, len(raw), 16)]
+
+
+def history_turn(messages: list[dict[str, Any]], tool: str) -> dict[str, Any]:
+    """The session's next assistant message: a tool call numbered by the turn."""
+    turn = sum(m.get("role") == "assistant" for m in messages)
+    command = f"sed -n {turn * 40 + 1},{turn * 40 + 40}p src/module_{turn % 7}.py"
+    call = {"id": f"call_{turn}", "type": "function", "function": {"name": tool, "arguments": orjson.dumps({"command": command}).decode()}}
+    return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+
 class FakeUpstream:
     def __init__(
         self,
@@ -52,8 +122,11 @@ class FakeUpstream:
         keep: int = 256,
         served_model: str = SERVED_MODEL,
         weight_version: str | None = None,
+        history: bool = False,
+        tokenizer_dir: str | Path | None = None,
     ):
         self.engine = engine
+        self.history = HistoryIds(tokenizer_dir) if history else None
         self.served_model = served_model
         self.weight_version = weight_version  # like SGLang, reported in each answer's metadata when set
         self.tokens = tokens
@@ -109,6 +182,8 @@ class FakeUpstream:
             return web.Response()
         if fault == "timeout":
             await asyncio.sleep(3600)
+        if self.history is not None and not body.get("stream"):
+            return self._history_answer(body)
         if self.engine == "nemo_rl" and (body.get("top_p") is None or body.get("top_k") not in (None, -1)):
             return web.json_response({"error": {"message": "top_p must be set and top_k unset"}}, status=500)
         n = min(body.get("max_tokens") or self.tokens, self.tokens)
@@ -141,6 +216,24 @@ class FakeUpstream:
             await asyncio.sleep(1.0)
         elif self.token_delay_s:
             await asyncio.sleep(self.token_delay_s * n)  # a whole answer takes as long as its tokens
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    def _history_answer(self, body: dict[str, Any]) -> web.Response:
+        assert self.history is not None
+        messages = body.get("messages") or []
+        message = history_turn(messages, (body.get("tools") or [{"function": {"name": "bash"}}])[0]["function"]["name"])
+        prompt, ids = self.history.prompt(messages), self.history.sample(message)
+        logprobs = [-0.25 - (i % 50) / 100 for i in range(len(ids))]
+        choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+        out: dict[str, Any] = {
+            "id": "fake-1",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model"),
+            "choices": [choice],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
+        }
+        self._token_fields(out, choice, prompt, ids, logprobs)
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def _call(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -253,8 +346,16 @@ def main() -> None:
     p.add_argument("--engine", default="vllm")
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--token-delay-ms", type=float, default=0.0)
+    p.add_argument("--history", action="store_true", help="a long session's server: whole-history prompt ids")
+    p.add_argument("--tokenizer", default=None, help="with --history: a tokenizer folder for real ids")
     a = p.parse_args()
-    fake = FakeUpstream(engine=a.engine, tokens=a.tokens, token_delay_s=a.token_delay_ms / 1000)
+    fake = FakeUpstream(
+        engine=a.engine,
+        tokens=a.tokens,
+        token_delay_s=a.token_delay_ms / 1000,
+        history=a.history,
+        tokenizer_dir=a.tokenizer,
+    )
     web.run_app(fake.app, host="127.0.0.1", port=a.port, access_log=None, print=None, backlog=4096)
 
 
