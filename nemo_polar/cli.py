@@ -138,7 +138,9 @@ def _bench_long(args: argparse.Namespace) -> int:
     tokenizer = args.tokenizer or str(DEPS / "models" / "tiny")
     modes = MODES if Path(tokenizer, "tokenizer.json").is_file() or args.tokenizer else ("fake",)
     turns = [int(t) for t in args.turns.split(",")]
-    result = run(turns=turns, sessions=args.sessions, window=args.window, modes=modes, tokenizer=tokenizer)
+    result = run(
+        turns=turns, sessions=args.sessions, window=args.window, modes=modes, tokenizer=tokenizer, keep=args.keep
+    )
     print(json.dumps(result, indent=None if args.json else 2))
     return 0
 
@@ -457,6 +459,7 @@ def parser() -> argparse.ArgumentParser:
     blong.add_argument("--sessions", type=int, default=3, help="identical sessions side by side")
     blong.add_argument("--window", type=int, default=20, help="turns at each end whose latency is compared")
     blong.add_argument("--tokenizer", default=None, help="tokenizer folder for real ids (default: the tiny model's)")
+    blong.add_argument("--keep", default=None, help="copy each mode's record store into this folder")
     blong.set_defaults(func=_bench_long)
     bfuzz = bench.add_parser("fuzz", help="seeded mutated requests on every model route and the task route")
     bfuzz.add_argument("--json", action="store_true", help="one JSON object on one line")

@@ -6,8 +6,11 @@ committed before its caller goes on (the proxy holds a call's last byte until th
 has an answer the store lacks) goes through `durable(record)`: the records of one event-loop turn are
 committed together on the loop itself (one SQLite commit in WAL mode is ~0.06 ms here; handing them
 to the writer thread and back cost ~0.5 ms of thread wake-ups), and only if that commit fails are they
-handed to the writer, which keeps trying. A record is a row of indexed columns plus its JSON, so
-readers need no schema migration to get new fields.
+handed to the writer, which keeps trying. A record is stored as what its call added to its session, the
+rest by reference (`record_codec.py`: a session's messages once, prompt ids as a reference plus a tail,
+packed arrays), so a session's storage grows with its length, not with its square; readers get whole
+`CompletionRecord`s back. A record is a row of indexed columns plus a JSON document, so readers need no
+schema migration to get new fields.
 
 The writer cannot be stopped by what it is given: a record that cannot be serialised is stored as an
 `error` record saying why, a failed commit is tried again (the records stay queued) and the
@@ -22,16 +25,17 @@ import functools
 import hashlib
 import logging
 import queue
-import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
 from .migrations import Migration, add_column, migrate, statements
+from .record_codec import Bodies, Decoder, Encoded, Encoder, lengths, unsqueeze
 from .records import CompletionRecord, Session
 
 log = logging.getLogger("nemo_polar.store")
@@ -50,11 +54,8 @@ MIGRATIONS = [
     ),
     Migration(2, "sessions: closed_at (a closed key is refused)", add_column("sessions", "closed_at", "REAL")),
     Migration(3, "sessions: keys kept only as hashes", lambda conn: _hash_stored_keys(conn)),
+    Migration(4, "records by reference: parts stored once per session", lambda conn: _by_reference(conn)),
 ]
-
-# Every key the proxy mints (proxy/sessions.new_key): redacted from stored JSON wherever it appears
-KEY_PATTERN = re.compile(rb"sk-polar-[A-Za-z0-9_-]{32}")
-REDACTED = b"[redacted]"
 
 _FLUSH = object()
 _STOP = object()
@@ -89,18 +90,23 @@ class SqliteStore:
         self.path = Path(path)
         self.read_only = read_only
         if read_only:
+            if not self.path.is_file():
+                raise FileNotFoundError(f"no record store at {self.path}")
             self._read = connect(self.path, read_only=True)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._read = connect(self.path)
             migrate(self._read, MIGRATIONS, f"record store {self.path}")
+        # a store from before records by reference, shown read-only: its rows are whole records
+        self._by_reference = "tokens" in {row[1] for row in self._read.execute("PRAGMA table_info(completions)")}
         self._read_lock = threading.Lock()
+        self._encoder = Encoder()
         self._queue: queue.Queue = queue.Queue()
         self._hurry = threading.Event()
         self.problem: str | None = None  # why records are not being written right now
         self._closing = threading.Event()
         self._loop_conn: sqlite3.Connection | None = None  # durable(): the event loop's own writes
-        self._turn: list[tuple[CompletionRecord, asyncio.Future[None]]] = []
+        self._turn: list[tuple[CompletionRecord, Bodies | None, asyncio.Future[None]]] = []
         self._writer = threading.Thread(target=self._write_loop, name="polar-store-writer", daemon=True)
         if not read_only:
             self._writer.start()
@@ -135,6 +141,7 @@ class SqliteStore:
             self._read.execute(
                 "UPDATE sessions SET closed_at=? WHERE id=? AND closed_at IS NULL", (at or time.time(), session_id)
             )
+        self._encoder.forget(session_id)
 
     def sessions(self) -> list[Session]:
         """Every session (open or closed); keys are not kept, so `api_key` is empty."""
@@ -143,47 +150,112 @@ class SqliteStore:
         return [Session.model_validate(orjson.loads(r[0])) for r in rows]
 
     # records: queued, written in batches off the response path
-    def add_record(self, record: CompletionRecord, on_commit: Callable[[], None] | None = None) -> None:
-        self._queue.put((record, on_commit))
+    def prepare(self, session_id: str, record_id: str, native: Any, upstream: Any) -> Bodies | None:
+        """A call's bodies encoded before its record exists (the proxy does it while the upstream works);
+        pass it with the record. None when they cannot be: the record is then stored as it can be."""
+        try:
+            return self._encoder.bodies(session_id, record_id, native, upstream)
+        except Exception:  # noqa: BLE001 - the record's own encoding decides what is stored
+            return None
+
+    def add_record(
+        self, record: CompletionRecord, on_commit: Callable[[], None] | None = None, bodies: Bodies | None = None
+    ) -> None:
+        self._queue.put(((record, bodies), on_commit))
         if on_commit is not None:
             self._hurry.set()
 
-    def durable(self, record: CompletionRecord) -> asyncio.Future[None]:
+    def durable(self, record: CompletionRecord, bodies: Bodies | None = None) -> asyncio.Future[None]:
         """Store `record`; the future is done once it is committed. Call from the event loop."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         if not self._turn:
             loop.call_soon(self._commit_turn)
-        self._turn.append((record, future))
+        self._turn.append((record, bodies, future))
         return future
 
     def _commit_turn(self) -> None:
         turn, self._turn = self._turn, []
+        encoded = [self._encode(record, bodies) for record, bodies, _ in turn]
         try:
             if self._loop_conn is None:
                 self._loop_conn = connect(self.path)
                 self._loop_conn.execute(f"PRAGMA busy_timeout={_LOOP_BUSY_MS}")  # never hold the loop for long
             with self._loop_conn as conn:
                 conn.execute("BEGIN")
-                conn.executemany(_INSERT, [_row(record) for record, _ in turn])
+                _insert(conn, encoded)
         except sqlite3.Error as exc:  # the writer keeps trying; the callers wait for it
             log.warning("committing %d records on the loop failed (%s): handed to the writer", len(turn), exc)
-            for record, future in turn:
-                self.add_record(record, functools.partial(_resolve_threadsafe, future))
+            for done, (_, _, future) in zip(encoded, turn, strict=True):
+                self._queue.put((done, functools.partial(_resolve_threadsafe, future)))
+            self._hurry.set()
             return
-        for _, future in turn:
+        for done in encoded:
+            self._encoder.committed(done)
+        for _, _, future in turn:
             if not future.done():
                 future.set_result(None)
 
     def records(self, session_id: str | None = None) -> list[CompletionRecord]:
+        """Whole records, in each session's order of arrival (`seq`)."""
+        tokens = "tokens" if self._by_reference else "NULL"
         with self._read_lock:
             if session_id is None:
-                rows = self._read.execute("SELECT data FROM completions ORDER BY session_id, seq").fetchall()
+                rows = self._read.execute(
+                    f"SELECT session_id, data, {tokens} FROM completions ORDER BY session_id, rowid"
+                ).fetchall()
             else:
                 rows = self._read.execute(
-                    "SELECT data FROM completions WHERE session_id=? ORDER BY seq", (session_id,)
+                    f"SELECT session_id, data, {tokens} FROM completions WHERE session_id=? ORDER BY rowid",
+                    (session_id,),
                 ).fetchall()
-        return [CompletionRecord.model_validate(orjson.loads(r[0])) for r in rows]
+            parts = self._parts(session_id) if any(r[2] is not None for r in rows) else {}
+        out: list[CompletionRecord] = []
+        decoders: dict[str, Decoder] = {}
+        for sid, data, blob in rows:  # in the order written: a record refers only to earlier ones
+            decoder = decoders.get(sid)
+            if decoder is None:
+                decoder = decoders[sid] = Decoder(parts.get(sid, {}))
+            out.append(decoder.record(data, blob))
+        out.sort(key=lambda r: (r.session_id, r.seq))
+        return out
+
+    def _parts(self, session_id: str | None) -> dict[str, dict[bytes, bytes]]:
+        if session_id is None:
+            rows = self._read.execute("SELECT session_id, hash, data FROM parts").fetchall()
+        else:
+            rows = self._read.execute("SELECT session_id, hash, data FROM parts WHERE session_id=?", (session_id,))
+        out: dict[str, dict[bytes, bytes]] = {}
+        for sid, digest, data in rows:
+            out.setdefault(sid, {})[digest] = data
+        return out
+
+    def call_rows(self, session_ids: list[str]) -> dict[str, list[tuple[str, int, int, float, float]]]:
+        """What a rollup needs of each call (`rollup.rollup_rows`), by session, without decoding bodies:
+        the viewer asks this of thousands of calls."""
+        out: dict[str, list[tuple[str, int, int, float, float]]] = {sid: [] for sid in session_ids}
+        marks = ",".join("?" * len(session_ids))
+        tokens = "tokens" if self._by_reference else "NULL"
+        with self._read_lock:
+            rows = self._read.execute(
+                f"SELECT session_id, data, {tokens} FROM completions WHERE session_id IN ({marks})", session_ids
+            ).fetchall()
+        for sid, data, blob in rows:
+            r = orjson.loads(unsqueeze(data))
+            usage = r.get("usage") or {}
+            if blob is None:
+                prompt, completion = len(r.get("prompt_token_ids") or ()), len(r.get("completion_token_ids") or ())
+            else:
+                prompt, completion = lengths((r.get("prompt") or (None, 0))[1], blob)
+            prompt = prompt or usage.get("prompt_tokens", 0)
+            completion = completion or usage.get("completion_tokens", 0)
+            out[sid].append((r["status"], prompt, completion, r["started_at"], r["finished_at"]))
+        return out
+
+    def last_change(self) -> int:
+        """Grows whenever a record is added: readers compare it to know when to read again."""
+        with self._read_lock:
+            return self._read.execute("SELECT COALESCE(MAX(rowid), 0) FROM completions").fetchone()[0]
 
     def max_seq(self, session_id: str) -> int:
         with self._read_lock:
@@ -192,6 +264,8 @@ class SqliteStore:
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until everything queued so far is committed; False if that did not happen in time."""
+        if self.read_only:
+            return True
         if not self._writer.is_alive():
             return False
         done = threading.Event()
@@ -221,15 +295,17 @@ class SqliteStore:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            rows, callbacks = [], []
+            encoded, callbacks = [], []
             for item, callback in batch:
                 if item is _STOP:
                     stop = True
+                elif isinstance(item, Encoded):  # encoded already: handed on by the loop
+                    encoded.append(item)
                 elif item is not _FLUSH:
-                    rows.append(_row(item))
+                    encoded.append(self._encode(*item))
                 if callback is not None:
                     callbacks.append(callback)
-            self._commit(conn, rows, stop)
+            self._commit(conn, encoded, stop)
             for callback in callbacks:
                 try:
                     callback()
@@ -237,24 +313,40 @@ class SqliteStore:
                     log.exception("a record's commit callback failed")
         conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, rows: list[tuple], stopping: bool) -> None:
-        """Commit `rows`, trying again while the database refuses (disk full, locked) until the store
+    def _commit(self, conn: sqlite3.Connection, encoded: list[Encoded], stopping: bool) -> None:
+        """Commit `encoded`, trying again while the database refuses (disk full, locked) until the store
         is closed: they stay queued."""
-        while rows:
+        while encoded:
             try:
                 with conn:
                     conn.execute("BEGIN")
-                    conn.executemany(_INSERT, rows)
+                    _insert(conn, encoded)
                 self.problem = None
+                for done in encoded:
+                    self._encoder.committed(done)
                 return
             except sqlite3.Error as exc:
                 self.problem = f"records cannot be written: {exc}"
-                log.error("%s; %d records kept, trying again in %.0f s", self.problem, len(rows), _RETRY_S)
+                log.error("%s; %d records kept, trying again in %.0f s", self.problem, len(encoded), _RETRY_S)
                 if stopping or self._closing.wait(_RETRY_S):
                     return
 
+    def _encode(self, record: CompletionRecord, bodies: Bodies | None = None) -> Encoded:
+        try:
+            return self._encoder.encode(record, bodies)
+        except Exception as exc:  # noqa: BLE001 - whatever the record holds, the writer goes on
+            return self._encoder.encode(_unstorable(record, exc))
 
-_INSERT = "INSERT OR REPLACE INTO completions(id, session_id, seq, status, data) VALUES (?,?,?,?,?)"
+
+_INSERT = "INSERT OR REPLACE INTO completions(id, session_id, seq, status, data, tokens) VALUES (?,?,?,?,?,?)"
+_INSERT_PART = "INSERT OR IGNORE INTO parts(session_id, hash, data) VALUES (?,?,?)"
+
+
+def _insert(conn: sqlite3.Connection, encoded: list[Encoded]) -> None:
+    """Records and the parts they add, in one transaction (the caller's): a record is never stored
+    without what it refers to."""
+    conn.executemany(_INSERT_PART, [p for e in encoded for p in e.parts])
+    conn.executemany(_INSERT, [e.row for e in encoded])
 
 
 def _resolve_threadsafe(future: asyncio.Future[None]) -> None:
@@ -265,14 +357,6 @@ def _resolve_threadsafe(future: asyncio.Future[None]) -> None:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():  # the call may have been cancelled meanwhile
         future.set_result(None)
-
-
-def _row(record: CompletionRecord) -> tuple:
-    try:
-        data = _json(record)
-    except Exception as exc:  # noqa: BLE001 - whatever the record holds, the writer goes on
-        data = _json(_unstorable(record, exc))
-    return (record.id, record.session_id, record.seq, record.status, KEY_PATTERN.sub(REDACTED, data))
 
 
 def _unstorable(record: CompletionRecord, exc: Exception) -> CompletionRecord:
@@ -289,14 +373,36 @@ def _unstorable(record: CompletionRecord, exc: Exception) -> CompletionRecord:
     )
 
 
-def _json(record: CompletionRecord) -> bytes:
-    # pydantic-core straight to JSON bytes: a third cheaper than model_dump() then orjson
-    return record.__pydantic_serializer__.to_json(record)
-
-
 def _hash_stored_keys(conn: sqlite3.Connection) -> None:
     for sid, key, data in conn.execute("SELECT id, api_key, data FROM sessions").fetchall():
         if key.startswith("sk-"):  # a plaintext key from before hashing
             doc = orjson.loads(data)
             doc.pop("api_key", None)
             conn.execute("UPDATE sessions SET api_key=?, data=? WHERE id=?", (key_hash(key), orjson.dumps(doc), sid))
+
+
+def _by_reference(conn: sqlite3.Connection) -> None:
+    """Whole records rewritten as what each call added (record_codec.py), session by session in the order
+    they were written; a row that no longer reads as a record is left whole (readers still take it)."""
+    add_column("completions", "tokens", "BLOB")(conn)
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS parts (session_id TEXT NOT NULL, hash BLOB NOT NULL, data BLOB NOT NULL,"
+        " PRIMARY KEY (session_id, hash)) WITHOUT ROWID"
+    )
+    encoder = Encoder()
+    sessions = conn.execute("SELECT DISTINCT session_id FROM completions WHERE tokens IS NULL").fetchall()
+    for (sid,) in sessions:  # a session at a time: a store of long sessions is never in memory at once
+        rows = conn.execute(
+            "SELECT rowid, data FROM completions WHERE session_id=? AND tokens IS NULL ORDER BY rowid", (sid,)
+        )
+        for rowid, data in rows.fetchall():
+            try:
+                record = CompletionRecord.model_validate_json(data)
+            except ValueError:
+                log.warning("stored record %s does not read as a record: kept whole", rowid)
+                continue
+            done = encoder.encode(record)
+            conn.executemany(_INSERT_PART, done.parts)
+            conn.execute("UPDATE completions SET data=?, tokens=? WHERE rowid=?", (done.row[4], done.row[5], rowid))
+            encoder.committed(done)
+        encoder.forget(sid)

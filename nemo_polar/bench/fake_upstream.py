@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import zlib
-from pathlib import Path
 import threading
 import time
+import zlib
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -92,10 +92,8 @@ def body_text(message: dict[str, Any]) -> str:
     """What a message renders as between its role line and `<|im_end|>`: its text, or its tool calls."""
     calls = message.get("tool_calls")
     if calls:
-        return "\n".join(
-            f'<tool_call>\n{{"name": "{c["function"]["name"]}", "arguments": {c["function"]["arguments"]}}}\n</tool_call>'
-            for c in calls
-        )
+        named = ((c["function"]["name"], c["function"]["arguments"]) for c in calls)
+        return "\n".join(f'<tool_call>\n{{"name": "{n}", "arguments": {a}}}\n</tool_call>' for n, a in named)
     content = message.get("content")
     return content if isinstance(content, str) else orjson.dumps(content).decode()
 
@@ -109,7 +107,11 @@ def history_turn(messages: list[dict[str, Any]], tool: str) -> dict[str, Any]:
     """The session's next assistant message: a tool call numbered by the turn."""
     turn = sum(m.get("role") == "assistant" for m in messages)
     command = f"sed -n {turn * 40 + 1},{turn * 40 + 40}p src/module_{turn % 7}.py"
-    call = {"id": f"call_{turn}", "type": "function", "function": {"name": tool, "arguments": orjson.dumps({"command": command}).decode()}}
+    call = {
+        "id": f"call_{turn}",
+        "type": "function",
+        "function": {"name": tool, "arguments": orjson.dumps({"command": command}).decode()},
+    }
     return {"role": "assistant", "content": None, "tool_calls": [call]}
 
 
@@ -221,7 +223,9 @@ class FakeUpstream:
     def _history_answer(self, body: dict[str, Any]) -> web.Response:
         assert self.history is not None
         messages = body.get("messages") or []
-        message = history_turn(messages, (body.get("tools") or [{"function": {"name": "bash"}}])[0]["function"]["name"])
+        message = history_turn(
+            messages, (body.get("tools") or [{"function": {"name": "bash"}}])[0]["function"]["name"]
+        )
         prompt, ids = self.history.prompt(messages), self.history.sample(message)
         logprobs = [-0.25 - (i % 50) / 100 for i in range(len(ids))]
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls"}

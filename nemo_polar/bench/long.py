@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import resource
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -134,7 +135,9 @@ async def _drive(
             reply = answers["proxy"]  # the harness keeps what it was answered, as it was rendered
             called = lambda m: [(c["id"], c["function"]) for c in m["tool_calls"]]  # noqa: E731
             if called(reply) != called(answers["direct"]):
-                raise RuntimeError(f"turn {turn}: the proxy answered {reply} where the upstream said {answers['direct']}")
+                raise RuntimeError(
+                    f"turn {turn}: the proxy answered {reply} where the upstream said {answers['direct']}"
+                )
             history = history + [reply, tool_result(text, turn, reply["tool_calls"][0]["id"])]
             if turn in turns:
                 size = store_bytes(store)
@@ -188,15 +191,24 @@ def build_traces(store: str, session: str, out: str) -> dict[str, Any]:
     }
 
 
-def _run_mode(mode: str, turns: list[int], sessions: int, window: int, tokenizer: str | None) -> dict[str, Any]:
+def _run_mode(
+    mode: str, turns: list[int], sessions: int, window: int, tokenizer: str | None, keep: str | None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="polar-bench-long-") as tmp:
         store = Path(tmp) / "records.sqlite"
         with children() as procs:
             fake, bare, proxy = free_port(), free_port(), free_port()
             url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
-            fake_args = ["--port", str(fake), "--history"] + (["--tokenizer", tokenizer] if mode == "tokenizer" else [])
+            fake_args = ["--port", str(fake), "--history"] + (
+                ["--tokenizer", tokenizer] if mode == "tokenizer" else []
+            )
             procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", *fake_args], url(fake) + "/health"))
-            procs.append(spawn(["-m", "nemo_polar.bench.bare", "--port", str(bare), "--upstream", url(fake)], url(bare) + "/health"))
+            procs.append(
+                spawn(
+                    ["-m", "nemo_polar.bench.bare", "--port", str(bare), "--upstream", url(fake)],
+                    url(bare) + "/health",
+                )
+            )
             proxy_args = [f"port={proxy}", "log_level=warning", f"upstream.url={url(fake)}", f"store.path={store}"]
             procs.append(spawn(["-m", "nemo_polar.cli", "proxy", *proxy_args], url(proxy) + "/health"))
             urls = {"direct": url(fake), "bare": url(bare), "proxy": url(proxy)}
@@ -213,12 +225,17 @@ def _run_mode(mode: str, turns: list[int], sessions: int, window: int, tokenizer
             check=True,
         )
         result["traces"] = json.loads(out.stdout)
+        if keep is not None:  # the store, to read or `polar view` after the run
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(store, Path(keep) / f"{mode}.sqlite")
     sizes = result["sizes"]
     longest, before = sorted(sizes)[-1], sorted(sizes)[-2] if len(sizes) > 1 else None
     if before is not None:
         result["growth"] = {
             "turns": [before, longest],
-            "store_bytes": round(sizes[longest]["store_bytes_per_session"] / sizes[before]["store_bytes_per_session"], 2),
+            "store_bytes": round(
+                sizes[longest]["store_bytes_per_session"] / sizes[before]["store_bytes_per_session"], 2
+            ),
             "request_bytes": round(sizes[longest]["request_bytes"] / sizes[before]["request_bytes"], 2),
         }
     return result
@@ -230,6 +247,7 @@ def run(
     window: int = 20,
     modes: tuple[str, ...] = MODES,
     tokenizer: str | None = None,
+    keep: str | None = None,
 ) -> dict[str, Any]:
     turns = sorted(turns or [50, 100, 200])
     if max(turns) < 2 * window:
@@ -238,7 +256,7 @@ def run(
         raise ValueError("the tokenizer mode needs a tokenizer folder (the tiny model's: .deps/models/tiny)")
     out: dict[str, Any] = {"turns": turns, "sessions": sessions, "window": window, "cpus": os.cpu_count()}
     for mode in modes:
-        out[mode] = _run_mode(mode, turns, sessions, window, tokenizer)
+        out[mode] = _run_mode(mode, turns, sessions, window, tokenizer, keep)
     return out
 
 

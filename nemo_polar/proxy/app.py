@@ -33,6 +33,7 @@ from ..control import error_response as control_error
 from ..control import json_depth, query_float, route
 from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UnknownRoute, problems
 from ..metrics import ProxyMetrics, scrape
+from ..record_codec import Bodies
 from ..records import CompletionRecord, Session, UpstreamInfo
 from ..serving import json_response
 from ..store import SqliteStore
@@ -91,11 +92,18 @@ class Call:
     raw: bytes
     request: ChatRequest
     seq: int
+    id: str = field(default_factory=ordered_hex)  # its record's
     started_at: float = field(default_factory=time.time)
     target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
     upstream_body: dict[str, Any] | None = None
     first_token_at: float | None = None
     upstream_s: float | None = None  # the inference server's own time, for a call answered whole
+    stored: Bodies | None = None  # its bodies as the store keeps them, encoded while the upstream works
+
+    def prepare(self, store: SqliteStore) -> None:
+        """Encode the bodies for the record now, while the upstream generates: a long history is
+        work the answer then need not wait for."""
+        self.stored = store.prepare(self.session.id, self.id, self.native, self.upstream_body)
 
 
 class Proxy:
@@ -200,6 +208,8 @@ class Proxy:
             try:
                 call.target = await self._target(call.session)
                 call.upstream_body = self._build_body(call)
+                # runs once the request is on its way, when this task first waits for the upstream
+                asyncio.get_running_loop().call_soon(call.prepare, self.store)
                 if call.request.stream and self.backend.streams:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
@@ -243,23 +253,29 @@ class Proxy:
             raise Unauthorized("unknown or missing API key: use the session key you were given")
         raw = await self._read_body(request)
         native = _json(raw)
+        # the history items unchanged since the session's last call come validated, and are not walked again
+        body, seen = self.sessions.history.reuse(session.id, dialect, native)
         limit = self.config.limits.max_depth
-        if json_depth(native, limit) > limit:
+        if json_depth(body, limit) > limit:
             raise RequestInvalid(f"request body nests deeper than {limit} levels")
         params = dict(request.path_params) | {"path": request.scope["path"]}
         raw_query = request.scope["query_string"]
         # parsed only when there is one (Gemini streams), without the cost of Starlette's QueryParams
         query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
         try:
-            chat = dialect.parse_request(native, params, query)
+            if seen is not None:
+                self.sessions.history.validate(dialect, body, seen)
+            chat = dialect.parse_request(body, params, query)
         except PolarError:
             raise
         except Exception as exc:  # noqa: BLE001 - a shape the dialect's parser did not expect is the caller's
             raise RequestInvalid(f"malformed request: {type(exc).__name__}: {str(exc)[:200]}") from None
+        if seen is not None:
+            self.sessions.history.keep(session.id, seen)
         for cap in (self.config.limits.max_tokens, session.max_tokens):
             if cap is not None:
                 chat.max_tokens = min(chat.max_tokens or cap, cap)
-        return Call(session, dialect, native, raw, chat, self.sessions.next_seq(session.id))
+        return Call(session, dialect, scrub(native), raw, chat, self.sessions.next_seq(session.id))
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.limits.max_body_bytes
@@ -330,7 +346,7 @@ class Proxy:
         )
         # built from our own values: validation would only cost time on the response path
         record = CompletionRecord.model_construct(
-            id=ordered_hex(),
+            id=call.id,
             session_id=call.session.id,
             seq=call.seq,
             started_at=call.started_at,
@@ -338,7 +354,7 @@ class Proxy:
             first_token_at=call.first_token_at,
             dialect=call.dialect.name,
             stream=call.request.stream,
-            native_request=scrub(call.native),
+            native_request=call.native,
             upstream_request=call.upstream_body,
             prompt_token_ids=c.prompt_token_ids if c else [],
             completion_token_ids=c.completion_token_ids if c else [],
@@ -353,8 +369,8 @@ class Proxy:
             error=error or (err.message if err else None),
         )
         if wait and self.config.store.durable:
-            return self.store.durable(record)
-        self.store.add_record(record)
+            return self.store.durable(record, call.stored)
+        self.store.add_record(record, bodies=call.stored)
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done

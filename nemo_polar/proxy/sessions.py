@@ -1,4 +1,4 @@
-"""Sessions as the proxy sees them: a key, an arrival counter and the turns it sampled.
+"""Sessions as the proxy sees them: a key, an arrival counter, the turns it sampled and its last history.
 
 Kept in memory for the response path and backed by the store, so a restarted proxy recognises
 every key it handed out and continues each session's numbering and splicing where it stopped. Keys
@@ -16,6 +16,7 @@ from typing import Any
 from ..chat import Completion, ToolCall, Usage
 from ..records import Session
 from ..store import SqliteStore, key_hash
+from .history import Histories
 from .splice import SpliceIndex
 
 
@@ -29,6 +30,7 @@ class Sessions:
         self._by_hash: dict[str, Session] = {}  # filled as keys are used (the store has only hashes)
         self._seq: dict[str, int] = {}
         self._splices: dict[str, SpliceIndex] = {}
+        self.history = Histories()  # each session's last history as validated (memory only: a restart revalidates)
 
     def open(self, session_id: str | None = None, metadata: dict[str, Any] | None = None, **route: Any) -> Session:
         """A new session; `route` holds its own `upstream_url`, `upstream_model` and `max_tokens`."""
@@ -60,6 +62,7 @@ class Sessions:
             del self._by_hash[hashed]
         self._seq.pop(session_id, None)
         self._splices.pop(session_id, None)
+        self.history.forget(session_id)
 
     def next_seq(self, session_id: str) -> int:
         seq = self._seq.get(session_id)

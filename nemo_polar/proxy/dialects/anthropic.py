@@ -238,6 +238,7 @@ def _tool_choice(choice: wire.ToolChoice | None) -> str | dict[str, Any] | None:
 class Anthropic(Dialect):
     name = "anthropic"
     routes = [("/v1/messages", ["POST"])]
+    history = ("messages", wire.MessageParam)
 
     def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:
         req = validate(wire.MessagesRequest, body)

@@ -94,6 +94,9 @@ class Dialect(ABC):
     name: str
     # (path, methods); paths use Starlette's syntax
     routes: list[tuple[str, list[str]]]
+    # the body field a harness re-sends its history in, and the wire model of one item: what is
+    # unchanged since the session's last call is not validated again (proxy/history.py)
+    history: tuple[str, Any] | None = None
 
     @abstractmethod
     def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:

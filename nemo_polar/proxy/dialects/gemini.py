@@ -79,6 +79,8 @@ class Gemini(Dialect):
         ("/v1/models/{model}:streamGenerateContent", ["POST"]),
     ]
 
+    history = ("contents", wire.Content)
+
     def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:
         req = validate(wire.GenerateContentRequest, body)
         stream = path_params.get("path", "").endswith(":streamGenerateContent")

@@ -53,6 +53,7 @@ def _message(m: wire.ChatMessage) -> Message:
 class OpenAIChat(Dialect):
     name = "openai_chat"
     routes = [("/v1/chat/completions", ["POST"]), ("/chat/completions", ["POST"])]
+    history = ("messages", wire.ChatMessage)
 
     def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:
         req = validate(wire.ChatCompletionRequest, body)

@@ -295,6 +295,7 @@ def _echo(req: wire.ResponsesRequest) -> dict[str, Any]:
 class OpenAIResponses(Dialect):
     name = "openai_responses"
     routes = [("/v1/responses", ["POST"]), ("/responses", ["POST"])]
+    history = ("input", wire.InputItem)
 
     def parse_request(self, body: Any, path_params: dict[str, str], query: dict[str, str]) -> ChatRequest:
         req = validate(wire.ResponsesRequest, body)
