@@ -317,25 +317,30 @@ class Decoder:
     def __init__(self, parts: Mapping[bytes, bytes]):
         self._raw = parts
         self._parts: dict[bytes, Any] = {}  # decoded once: records of a session share their items
-        self._lists: dict[str, dict[tuple[str, str], list[bytes]]] = {}
-        self._seen: dict[str, list[int]] = {}
+        self._lists: dict[str, dict[tuple[str, str], list[Any]]] = {}  # each record's lists, for later ones
+        self._seen: dict[str, tuple[list[int], list[int]]] = {}  # each record's prompt and sample
 
     def record(self, data: bytes, tokens: bytes | None) -> CompletionRecord:
         doc = orjson.loads(unsqueeze(data))
         if tokens is None:  # a row from before records by reference: the record whole
             return CompletionRecord.model_validate(doc)
         rid = doc["id"]
-        lists: dict[tuple[str, str], list[bytes]] = {}
+        lists: dict[tuple[str, str], list[Any]] = {}
         for name in BODIES:
             if doc[name] is not None:
                 doc[name] = self._body(name, doc[name], lists, rid)
         tail, sampled, logprobs = _unpack(tokens)
         ref = doc.pop("prompt")
-        prompt = tail if ref is None else self._earlier(self._seen, ref[0], rid)[: ref[1]] + tail
-        doc.update(prompt_token_ids=prompt, completion_token_ids=sampled, completion_logprobs=logprobs)
+        prompt = tail if ref is None else self._prefix(ref[0], ref[1], rid) + tail
         self._lists[rid] = lists
-        self._seen[rid] = prompt + sampled
-        return CompletionRecord.model_validate(doc)
+        self._seen[rid] = (prompt, sampled)
+        # the arrays are ints and floats by construction: validated, a long session's ids cost seconds
+        arrays = {"prompt_token_ids": prompt, "completion_token_ids": sampled, "completion_logprobs": logprobs}
+        return CompletionRecord.model_validate(doc).model_copy(update=arrays)
+
+    def _prefix(self, base: str, keep: int, rid: str) -> list[int]:
+        prompt, sampled = self._earlier(self._seen, base, rid)
+        return prompt[:keep] if keep <= len(prompt) else prompt + sampled[: keep - len(prompt)]
 
     def _body(self, name: str, entries: list, lists: dict, rid: str) -> dict[str, Any]:
         body: dict[str, Any] = {}
@@ -347,10 +352,12 @@ class Decoder:
                 body[key] = self._part(bytes.fromhex(entry[2]), rid)
             else:
                 _, _, base, keep, tail = entry
-                head = self._earlier(self._lists, base, rid)[(name, key)][:keep] if keep else []
-                hashes = head + [bytes.fromhex(h) for h in tail]
-                lists[(name, key)] = hashes
-                body[key] = [self._part(h, rid) for h in hashes]
+                head = self._earlier(self._lists, base, rid).get((name, key), ()) if keep else ()
+                if len(head) < keep:
+                    raise StoredRecordError(f"record {rid} refers to {keep} items of {name}.{key} that {base} lacks")
+                items = list(head[:keep]) + [self._part(bytes.fromhex(h), rid) for h in tail]
+                lists[(name, key)] = items
+                body[key] = list(items)  # the record's own list: a reader's change cannot reach later records
         return body
 
     def _part(self, digest: bytes, rid: str) -> Any:

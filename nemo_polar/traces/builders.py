@@ -34,11 +34,21 @@ _CLOSING = ("stop", "tool_calls", "stop_sequence", "end_turn")
 @dataclass
 class _Node:
     record: CompletionRecord
-    path: list[int]  # every token up to and including this call's sample
-    span: tuple[int, int]  # this call's sampled tokens in `path`
+    glue: list[int]  # the tokens between the parent's sample and this one (a root's: its prompt)
+    span: tuple[int, int]  # this call's sampled tokens in its path (the chain's glue and samples, in order)
+    index: int  # arrival order
     parent: _Node | None = None
     children: list[_Node] = field(default_factory=list)
     repair: Repair | None = None
+
+    def path(self) -> list[int]:
+        """Every token up to and including this call's sample; built for leaves only, so a session's
+        tree holds each token once, not once per call."""
+        tokens: list[int] = []
+        for node in self.chain():
+            tokens += node.glue
+            tokens += node.record.completion_token_ids
+        return tokens
 
     def chain(self) -> list[_Node]:
         nodes, node = [], self
@@ -147,6 +157,7 @@ def prefix_tree(
     nodes: list[_Node] = []
     for r in ordered:
         nodes.append(_place(r, nodes, events, eot, tokenizer, repair))
+        nodes[-1].index = len(nodes) - 1
     stats.roots = sum(n.parent is None for n in nodes)
     stats.merged = len(nodes) - stats.roots
     return _traces([n for n in nodes if not n.children])
@@ -156,11 +167,10 @@ def _place(
     r: CompletionRecord, nodes: list[_Node], events: list[DriftEvent], eot: int | None, tokenizer, repair: bool
 ) -> _Node:
     prompt = r.prompt_token_ids
-    exact = [n for n in nodes if _extends(prompt, n.record)]
-    base = max(exact, key=_seen) if exact else None
+    base = _longest_exact(prompt, nodes)
     floor = _seen(base) if base is not None else -1
     # a later call this one continues after a template quirk beats an older exact ancestor
-    later = nodes[nodes.index(base) + 1 :] if base is not None else nodes  # nodes are in arrival order
+    later = nodes[base.index + 1 :] if base is not None else nodes  # nodes are in arrival order
     parent, found = _closest(prompt, later, eot, tokenizer)
     fixable = found is not None and repair and found.cause in REPAIRABLE and found.resume is not None
     if parent is not None and found is not None and found.position >= floor:
@@ -186,10 +196,23 @@ def _seen(node: _Node) -> int:
     return len(node.record.prompt_token_ids) + len(node.record.completion_token_ids)
 
 
+def _longest_exact(prompt: list[int], nodes: list[_Node]) -> _Node | None:
+    """The earlier call with the most tokens (the first to arrive, among equals) whose prompt + sample
+    this prompt extends exactly. Tried longest first, so a chain's next call checks its parent alone;
+    one whose last tokens differ is passed over without comparing the rest."""
+    fits = [n for n in nodes if _seen(n) <= len(prompt)]
+    for node in sorted(fits, key=lambda n: (-_seen(n), n.index)):
+        if _extends(prompt, node.record):
+            return node
+    return None
+
+
 def _extends(prompt: list[int], parent: CompletionRecord) -> bool:
     p, s = parent.prompt_token_ids, parent.completion_token_ids
     n = len(p) + len(s)
-    return n < len(prompt) + 1 and prompt[: len(p)] == p and prompt[len(p) : n] == s
+    if n > len(prompt) or (s and prompt[n - 1] != s[-1]) or (p and prompt[len(p) - 1] != p[-1]):
+        return False
+    return prompt[: len(p)] == p and prompt[len(p) : n] == s
 
 
 def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
@@ -212,12 +235,12 @@ def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
 
 def _root(r: CompletionRecord) -> _Node:
     start = len(r.prompt_token_ids)
-    return _Node(r, r.prompt_token_ids + r.completion_token_ids, (start, start + len(r.completion_token_ids)))
+    return _Node(r, r.prompt_token_ids, (start, start + len(r.completion_token_ids)), -1)
 
 
 def _attach(r: CompletionRecord, parent: _Node, glue: list[int]) -> _Node:
-    start = len(parent.path) + len(glue)
-    node = _Node(r, parent.path + glue + r.completion_token_ids, (start, start + len(r.completion_token_ids)), parent)
+    start = parent.span[1] + len(glue)
+    node = _Node(r, glue, (start, start + len(r.completion_token_ids)), -1, parent)
     parent.children.append(node)
     return node
 
@@ -228,8 +251,9 @@ def _traces(leaves: list[_Node]) -> list[Trace]:
     traces = []
     for leaf in leaves:
         chain = leaf.chain()
+        path = leaf.path()
         prompt_len = chain[0].span[0]
-        mask = [0] * (len(leaf.path) - prompt_len)
+        mask = [0] * (len(path) - prompt_len)
         logprobs = [0.0] * len(mask)
         segments = []
         for node in chain:
@@ -242,8 +266,8 @@ def _traces(leaves: list[_Node]) -> list[Trace]:
             segments.append(Segment(record_id=node.record.id, start=start, end=end, trained=first))
         traces.append(
             Trace(
-                prompt_ids=leaf.path[:prompt_len],
-                response_ids=leaf.path[prompt_len:],
+                prompt_ids=path[:prompt_len],
+                response_ids=path[prompt_len:],
                 loss_mask=mask,
                 response_logprobs=logprobs,
                 record_ids=[n.record.id for n in chain],
