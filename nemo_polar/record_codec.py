@@ -177,7 +177,7 @@ def _body(name: str, body: Mapping[str, Any], last: _Memory | None, lists: dict,
             hashes = (before.hashes[:keep] if before is not None else []) + [
                 part(joined[start : start + n]) for start, n in _spans(lengths, keep)
             ]
-            lists[(name, key)] = _List(joined, lengths, hashes)
+            lists[(name, key)] = _List(value, joined, lengths, hashes)
             base = last.record_id if keep and last is not None else None
             entries.append([key, "l", base, keep, [h.hex() for h in hashes[keep:]]])
             continue
@@ -191,8 +191,10 @@ def _body(name: str, body: Mapping[str, Any], last: _Memory | None, lists: dict,
 
 @dataclass(frozen=True)
 class _List:
-    """A list as stored: its JSON (`[` + the items' JSON joined by commas + `]`), each item's length, hashes."""
+    """A list as stored: its items, their JSON joined (`[` + each item's JSON, comma-separated, + `]`),
+    each item's length, and their hashes."""
 
+    objects: list[Any]
     joined: bytes
     lengths: list[int]
     hashes: list[bytes]
@@ -203,16 +205,28 @@ class _List:
 
 def _items(value: list, before: _List | None) -> tuple[bytes, list[int], int]:
     """The list's JSON, its items' lengths, and how many leading items are byte for byte the ones
-    `before` had. A harness's next history starts with the last one whole: then one comparison of the
-    JSON says so, and only the new items are serialised on their own."""
+    `before` had. The same objects are the same bytes: the proxy hands a history's unchanged items
+    on as the very objects it parsed last call, so only the new ones are serialised. Else one
+    comparison of the whole list's JSON says whether it starts with all of `before`, and failing
+    that, items are compared one by one."""
+    if before is None or not before.lengths:
+        items = [orjson.dumps(v) for v in value]
+        return b"[" + b",".join(items) + b"]", [len(i) for i in items], 0
+    same, limit = 0, min(len(value), len(before.objects))
+    while same < limit and value[same] is before.objects[same]:
+        same += 1
+    if same:
+        new = [orjson.dumps(v) for v in value[same:]]
+        end = 1 + sum(before.lengths[:same]) + same - 1  # past the last item kept
+        joined = before.joined[:end] + b"".join(b"," + item for item in new) + b"]"
+        return joined, before.lengths[:same] + [len(i) for i in new], same
     joined = orjson.dumps(value)
-    if before is not None and before.lengths:
-        end = len(before.joined) - 1  # where `before`'s closing bracket was
-        if joined.startswith(before.joined[:end]) and joined[end : end + 1] in (b",", b"]"):
-            keep = len(before.lengths)
-            return joined, before.lengths + [len(orjson.dumps(v)) for v in value[keep:]], keep
+    end = len(before.joined) - 1  # where `before`'s closing bracket was
+    if joined.startswith(before.joined[:end]) and joined[end : end + 1] in (b",", b"]"):
+        keep = len(before.lengths)
+        return joined, before.lengths + [len(orjson.dumps(v)) for v in value[keep:]], keep
     items = [orjson.dumps(v) for v in value]
-    return joined, [len(i) for i in items], _shared(items, before.items()) if before is not None else 0
+    return joined, [len(i) for i in items], _shared(items, before.items())
 
 
 def _spans(lengths: list[int], start: int) -> list[tuple[int, int]]:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -40,6 +39,7 @@ from ..store import SqliteStore
 from .backends import BACKENDS
 from .dialects import DIALECTS, Dialect, guess_dialect
 from .gate import GenerationGate
+from .history import loads
 from .http import Response as UpstreamResponse
 from .ids import ordered_hex
 from .sessions import Sessions
@@ -252,26 +252,26 @@ class Proxy:
         if session is None:
             raise Unauthorized("unknown or missing API key: use the session key you were given")
         raw = await self._read_body(request)
-        native = _json(raw)
-        # the history items unchanged since the session's last call come validated, and are not walked again
-        body, seen = self.sessions.history.reuse(session.id, dialect, native)
+        # the history items unchanged since the session's last call are neither parsed nor validated
+        # again, nor walked for their depth (they were, then)
+        parsed = self.sessions.history.parse(session.id, dialect, raw)
         limit = self.config.limits.max_depth
-        if json_depth(body, limit) > limit:
+        if json_depth(parsed.body, limit) > limit:
             raise RequestInvalid(f"request body nests deeper than {limit} levels")
         params = dict(request.path_params) | {"path": request.scope["path"]}
         raw_query = request.scope["query_string"]
         # parsed only when there is one (Gemini streams), without the cost of Starlette's QueryParams
         query = dict(parse_qsl(raw_query.decode("latin-1"), keep_blank_values=True)) if raw_query else {}
         try:
-            if seen is not None:
-                self.sessions.history.validate(dialect, body, seen)
-            chat = dialect.parse_request(body, params, query)
+            self.sessions.history.validate(dialect, parsed)
+            chat = dialect.parse_request(parsed.body, params, query)
         except PolarError:
             raise
         except Exception as exc:  # noqa: BLE001 - a shape the dialect's parser did not expect is the caller's
             raise RequestInvalid(f"malformed request: {type(exc).__name__}: {str(exc)[:200]}") from None
-        if seen is not None:
-            self.sessions.history.keep(session.id, seen)
+        if parsed.seen is not None:
+            self.sessions.history.keep(session.id, parsed.seen)
+        native = parsed.native
         for cap in (self.config.limits.max_tokens, session.max_tokens):
             if cap is not None:
                 chat.max_tokens = min(chat.max_tokens or cap, cap)
@@ -414,7 +414,7 @@ class Proxy:
     async def route_open(self, request: Request) -> Response:
         raw = await self._read_body(request)
         try:
-            opening = SessionOpening.model_validate(_json(raw) if raw else {})
+            opening = SessionOpening.model_validate(loads(raw) if raw else {})
         except ValidationError as exc:
             raise RequestInvalid("; ".join(problems(exc))) from None
         session = self.sessions.open(**opening.model_dump())
@@ -632,13 +632,6 @@ def _served_by(target: UpstreamInfo, c: Completion | None) -> UpstreamInfo:
 def base_url(url: str) -> str:
     """An inference server's address without a trailing `/v1` (NeMo-RL hands out `.../v1`)."""
     return url.rstrip("/").removesuffix("/v1")
-
-
-def _json(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise RequestInvalid(f"request body is not valid JSON: {exc}") from None
 
 
 def replay(c: Completion) -> list[Delta]:
