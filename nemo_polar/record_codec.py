@@ -81,7 +81,8 @@ class _Memory:
 
     record_id: str
     lists: dict[tuple[str, str], _List]
-    seen: list[int]  # prompt + sampled ids
+    prompt: list[int]
+    sampled: list[int]
     parts: list[bytes]  # hashes it stored
 
 
@@ -140,7 +141,7 @@ class Encoder:
         data = _squeeze(KEY_PATTERN.sub(REDACTED, orjson.dumps(doc)))
         tokens = _pack(prompt[keep:], sampled, record.completion_logprobs)
         row = (record.id, record.session_id, record.seq, record.status, data, tokens)
-        memory = _Memory(record.id, bodies.lists, prompt + sampled, [p[1] for p in bodies.parts])
+        memory = _Memory(record.id, bodies.lists, prompt, sampled, [p[1] for p in bodies.parts])
         return Encoded(record, row, bodies.parts, memory)
 
     def committed(self, encoded: Encoded) -> None:
@@ -252,14 +253,15 @@ def _prefix(prompt: list[int], recent: list[_Memory]) -> tuple[str | None, int]:
     The last call first: a chain's next prompt extends it whole, and then nothing else is compared."""
     best: tuple[str | None, int] = (None, 0)
     for memory in reversed(recent):
-        seen = memory.seen
-        if len(seen) <= len(prompt) and prompt[: len(seen)] == seen:
-            n = len(seen)
-        else:
-            n = _common_prefix(prompt, seen)
+        p, s = memory.prompt, memory.sampled
+        n = len(p) + len(s)
+        if n > len(prompt) or prompt[: len(p)] != p or prompt[len(p) : n] != s:
+            n = _common_prefix(prompt, p)
+            if n == len(p):
+                n += _common_prefix(prompt[n:], s)
         if n > best[1]:
             best = (memory.record_id, n)
-        if n and (n == len(seen) or n == len(prompt)):  # nothing else can share more
+        if n and (n == len(p) + len(s) or n == len(prompt)):  # nothing else can share more
             break
     return best
 

@@ -47,7 +47,9 @@ class Seen:
 class Parsed:
     native: Any  # the body as sent, parsed: what the record keeps
     body: Any  # the same with history items validated where they were last call: what the dialect reads
+    fresh: Any  # what was parsed now: the body without the items taken from last call (walked for depth)
     seen: Seen | None  # what to `keep` once the call parsed
+    kept: int = 0  # history items taken from last call
 
 
 class Histories:
@@ -69,10 +71,10 @@ class Histories:
         items = native.get(field) if field is not None and isinstance(native, dict) else None
         located = _locate(raw, field, len(items)) if isinstance(items, list) else None
         if located is None:
-            return Parsed(native, native, None)
+            return Parsed(native, native, native, None)
         opened, ends = located
         valid = list(items)
-        return Parsed(native, native | {field: valid}, Seen(dialect.name, raw, opened, ends, items, valid))
+        return Parsed(native, native | {field: valid}, native, Seen(dialect.name, raw, opened, ends, items, valid))
 
     def validate(self, dialect: Dialect, parsed: Parsed) -> None:
         """Validate, in place, the history items of `parsed.body` not taken from the last call."""
@@ -82,13 +84,12 @@ class Histories:
         adapter = self._adapters.get(dialect.name)
         if adapter is None:
             adapter = self._adapters[dialect.name] = TypeAdapter(item)
-        out, sent = parsed.body[field], parsed.seen.sent
-        for i, value in enumerate(out):
-            if value is sent[i]:
-                try:
-                    out[i] = adapter.validate_python(value)
-                except ValidationError:
-                    pass  # left as sent: the dialect's validation of the whole body says what is wrong
+        out = parsed.body[field]
+        for i in range(parsed.kept, len(out)):
+            try:
+                out[i] = adapter.validate_python(out[i])
+            except ValidationError:
+                pass  # left as sent: the dialect's validation of the whole body says what is wrong
 
     def keep(self, session_id: str, seen: Seen) -> None:
         """The call parsed: its history is what the session's next call is compared with."""
@@ -144,10 +145,9 @@ def _partial(raw: bytes, before: Seen, k: int, field: str) -> Parsed | None:
     if ends is None or len(ends) != len(new):
         return None
     items = before.sent[:k] + new
-    native[field] = items
     valid = before.valid[:k] + new
     seen = Seen(before.dialect, raw, before.opened, before.ends[:k] + ends, items, valid)
-    return Parsed(native, native | {field: valid}, seen)
+    return Parsed(native | {field: items}, native | {field: valid}, native, seen, k)
 
 
 def _locate(raw: bytes, field: str, count: int) -> tuple[int, list[int]] | None:
@@ -191,7 +191,7 @@ def _scan(raw: bytes, start: int, field: str, after_item: bool) -> list[int] | N
     except UnicodeDecodeError:
         return None
     ascii_only = text.isascii()
-    ends: list[int] = []
+    ends: list[int] = []  # in characters
     pos = _skip(text, 0)
     try:
         if not after_item and text[pos : pos + 1] != "]":
@@ -218,7 +218,14 @@ def _scan(raw: bytes, start: int, field: str, after_item: bool) -> list[int] | N
         return None
     if text[pos : pos + 1] != "}":
         return None
-    return [start + (end if ascii_only else len(text[:end].encode())) for end in ends]
+    if ascii_only:
+        return [start + end for end in ends]
+    out, at, size = [], 0, start  # characters to bytes, each stretch of text encoded once
+    for end in ends:
+        size += len(text[at:end].encode())
+        out.append(size)
+        at = end
+    return out
 
 
 def _skip(text: str, pos: int) -> int:
