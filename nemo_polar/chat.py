@@ -26,6 +26,9 @@ class Message:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
+    # its Chat Completions form, built once (backends.base.message_body): a history's unchanged messages
+    # are the same objects call after call, and so are the upstream's
+    chat_form: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def text(self) -> str:
         if isinstance(self.content, str):

@@ -11,6 +11,7 @@ of every answer a harness received in full.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -215,7 +216,9 @@ class Proxy:
                     streaming = True  # the relay owns the gate slot from here
                     return response
                 asked = time.monotonic()
-                body = await self.upstream.post_json(self._chat_url(call), call.upstream_body)
+                # the prompt's ids that the session's last answer had are not parsed again
+                read = functools.partial(self.sessions.prompt_ids.parse, call.session.id, self.backend)
+                body = await self.upstream.post_json(self._chat_url(call), call.upstream_body, read)
                 call.upstream_s = time.monotonic() - asked
                 completion = self.backend.parse_response(body)
             except PolarError as err:

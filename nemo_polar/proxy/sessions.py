@@ -1,4 +1,5 @@
-"""Sessions as the proxy sees them: a key, an arrival counter, the turns it sampled and its last history.
+"""Sessions as the proxy sees them: a key, an arrival counter, the turns it sampled, its last history and
+prompt ids.
 
 Kept in memory for the response path and backed by the store, so a restarted proxy recognises
 every key it handed out and continues each session's numbering and splicing where it stopped. Keys
@@ -17,6 +18,7 @@ from ..chat import Completion, ToolCall, Usage
 from ..records import Session
 from ..store import SqliteStore, key_hash
 from .history import Histories
+from .prompt_ids import PromptIds
 from .splice import SpliceIndex
 
 
@@ -31,6 +33,7 @@ class Sessions:
         self._seq: dict[str, int] = {}
         self._splices: dict[str, SpliceIndex] = {}
         self.history = Histories()  # each session's last history as validated (memory only: a restart revalidates)
+        self.prompt_ids = PromptIds()  # and its last answer's prompt ids
 
     def open(self, session_id: str | None = None, metadata: dict[str, Any] | None = None, **route: Any) -> Session:
         """A new session; `route` holds its own `upstream_url`, `upstream_model` and `max_tokens`."""
@@ -63,6 +66,7 @@ class Sessions:
         self._seq.pop(session_id, None)
         self._splices.pop(session_id, None)
         self.history.forget(session_id)
+        self.prompt_ids.forget(session_id)
 
     def next_seq(self, session_id: str) -> int:
         seq = self._seq.get(session_id)

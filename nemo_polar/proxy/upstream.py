@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -70,12 +70,15 @@ class Upstream:
     async def close(self) -> None:
         self.http.close()
 
-    async def post_json(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def post_json(
+        self, url: str, body: dict[str, Any], parse: Callable[[bytes], Any] = orjson.loads
+    ) -> dict[str, Any]:
+        """The answer to a call, parsed by `parse` (one that raises orjson's error on what is not JSON)."""
         status, text = await self._call("POST", url, orjson.dumps(body))
         if status >= 400:
             raise upstream_error(status, text.decode(errors="replace"))
         try:
-            return orjson.loads(text)
+            return parse(text)
         except orjson.JSONDecodeError:
             raise InvalidUpstream(f"upstream answered with invalid JSON: {text[:200]!r}") from None
 

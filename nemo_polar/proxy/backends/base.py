@@ -16,6 +16,14 @@ from ..splice import SpliceIndex
 
 
 def message_body(m: Message) -> dict[str, Any]:
+    """The message as Chat Completions sends it; built once per message and kept (`chat_form`): do not
+    change it, copy it."""
+    if m.chat_form is None:
+        m.chat_form = _chat_form(m)
+    return m.chat_form
+
+
+def _chat_form(m: Message) -> dict[str, Any]:
     d: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.reasoning:
         d["reasoning"] = m.reasoning  # vLLM's input field; the template decides whether to render it

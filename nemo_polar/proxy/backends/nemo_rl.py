@@ -41,7 +41,7 @@ class NemoRLBackend(Backend):
     def messages(self, req: ChatRequest, splices: SpliceIndex | None) -> list[dict[str, Any]]:
         out = []
         for m in req.messages:
-            d = message_body(m)
+            d = dict(message_body(m))  # its own: the spliced fields are this call's
             turn = splices.lookup(m) if splices is not None else None
             if turn is not None:
                 d["prompt_token_ids"] = turn.prompt_token_ids

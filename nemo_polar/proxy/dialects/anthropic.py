@@ -34,6 +34,7 @@ does; a context overflow is worded the way Claude Code recognises (and acts on) 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import logging
 import re
@@ -44,7 +45,7 @@ import orjson
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall, ToolCallDelta
 from ...errors import ContextOverflow, PolarError, RequestInvalid
 from ..ids import new_hex
-from .base import HOLES, Dialect, StreamRenderer, Template, sse, validate
+from .base import HOLES, Dialect, StreamRenderer, Template, converted, sse, validate
 from .wire import anthropic as wire
 
 log = logging.getLogger("nemo_polar.proxy.anthropic")
@@ -246,7 +247,7 @@ class Anthropic(Dialect):
             log.debug("anthropic: ignoring fields %s", sorted(req.model_extra))
         messages = _system(req.system)
         for i, m in enumerate(req.messages):
-            messages.extend(_messages(m, i))
+            messages.extend(converted(m, functools.partial(_messages, m, i)))
         extra: dict[str, Any] = {}
         if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:
             extra["parallel_tool_calls"] = False

@@ -9,13 +9,16 @@ Dialect modules import no web framework: the HTTP lives in `proxy/app.py`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
 from ...chat import ChatRequest, Completion, Delta
 from ...errors import PolarError, RequestInvalid, problems
+
+T = TypeVar("T")
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
@@ -62,6 +65,19 @@ class Template:
 HOLES = tuple(f"\x00polar-hole-{i}\x00" for i in range(4))
 _MARKERS = tuple(orjson.dumps(h) for h in HOLES)
 _MARK = b"polar-hole-"
+
+
+def converted(item: Any, convert: Callable[[], T]) -> T:
+    """`convert()` of a validated history item, kept on the item (its wire model's `_canonical`): the
+    proxy hands a session's unchanged history items on as the same objects call after call
+    (proxy/history.py), so each is converted once, and its canonical messages stay the same objects.
+    A dialect whose items convert apart from one another uses it; one that walks its history as a
+    whole (Gemini's tool call ids, Responses' grouped items) converts every call."""
+    kept = item.__pydantic_private__  # the private attributes' own dict: pydantic's __getattr__ costs 2 us
+    done = kept.get("_canonical")
+    if done is None:
+        done = kept["_canonical"] = convert()
+    return done
 
 
 def validate(model: type[BaseModel], body: Any) -> Any:

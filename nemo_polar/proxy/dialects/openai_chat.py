@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall
 from ...errors import ContextOverflow, PolarError, RequestInvalid, Unauthorized, UpstreamError, UpstreamTimeout
 from ..ids import new_hex
-from .base import HOLES, Dialect, StreamRenderer, Template, sse, validate
+from .base import HOLES, Dialect, StreamRenderer, Template, converted, sse, validate
 from .wire import openai_chat as wire
 
 
@@ -67,7 +68,7 @@ class OpenAIChat(Dialect):
         stream_opts = req.stream_options or {}
         return ChatRequest(
             model=req.model,
-            messages=[_message(m) for m in req.messages],
+            messages=[converted(m, functools.partial(_message, m)) for m in req.messages],
             tools=[
                 Tool(t.function.name, t.function.description or "", t.function.parameters or {})
                 for t in req.tools or []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PrivateAttr, Tag
 
 
 class _Wire(BaseModel):
@@ -112,6 +112,7 @@ SystemContent = _text_or_blocks(TextBlock)
 
 
 class MessageParam(_Wire):
+    _canonical: Any = PrivateAttr(default=None)  # what it converts to, once (dialects.base.converted)
     # "system" is not in the public spec: Claude Code's mid-conversation-system beta puts it here
     role: Literal["user", "assistant", "system"]
     content: MessageContent

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 
 class _Wire(BaseModel):
@@ -26,6 +26,7 @@ class ToolCall(_Wire):
 
 
 class ChatMessage(_Wire):
+    _canonical: Any = PrivateAttr(default=None)  # what it converts to, once (dialects.base.converted)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None

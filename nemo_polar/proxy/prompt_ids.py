@@ -1,0 +1,64 @@
+"""A session's prompt ids, read once: every answer of a token-returning server repeats the ids of the
+whole prompt, and a session's next prompt starts with its last one.
+
+An answer's body is parsed with its `prompt_token_ids` array cut out. The array's bytes are compared
+with the session's last ones: when they begin with them, the ids read last time are taken as they
+were (the same int objects: a 64k-token prompt is not turned into 64k new objects call after call)
+and only the rest is parsed. The ids are then put back where the backend reads them. Any answer that
+does not read so (no such array, an array that is not the one the backend reads, not JSON once cut)
+is parsed whole, as it would have been.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from .backends.base import Backend
+
+_KEY = b'"prompt_token_ids":['
+_SESSIONS = 256
+
+
+class PromptIds:
+    def __init__(self, sessions: int = _SESSIONS):
+        self._last: OrderedDict[str, tuple[bytes, list[int]]] = OrderedDict()
+        self._limit = sessions
+
+    def parse(self, session_id: str, backend: Backend, raw: bytes) -> Any:
+        """`raw` (a whole answer) parsed; raises orjson's error when it is not JSON."""
+        opened = raw.find(_KEY) + len(_KEY) - 1  # the array's `[`
+        closed = raw.find(b"]", opened) if opened >= len(_KEY) - 1 else -1
+        if closed < 0:
+            return orjson.loads(raw)
+        try:
+            body = orjson.loads(raw[: opened + 1] + raw[closed:])
+            ids = self._ids(session_id, raw[opened + 1 : closed])
+        except orjson.JSONDecodeError:
+            return orjson.loads(raw)
+        choices = body.get("choices") if isinstance(body, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        place = backend.prompt_ids(body, choice)
+        if not isinstance(place, list) or place or not isinstance(ids, list):
+            return orjson.loads(raw)  # the array cut out is not the one the backend reads
+        place += ids
+        return body
+
+    def _ids(self, session_id: str, text: bytes) -> Any:
+        last = self._last.get(session_id)
+        n = len(last[0]) if last is not None else 0
+        if last is not None and n and text.startswith(last[0]) and text[n : n + 1] in (b",", b""):
+            ids = last[1] + orjson.loads(b"[" + text[n + 1 :] + b"]")
+        else:
+            ids = orjson.loads(b"[" + text + b"]")
+        if isinstance(ids, list):
+            self._last[session_id] = (text, ids)
+            self._last.move_to_end(session_id)
+            while len(self._last) > self._limit:
+                self._last.popitem(last=False)
+        return ids
+
+    def forget(self, session_id: str) -> None:
+        self._last.pop(session_id, None)
