@@ -144,19 +144,28 @@ class Encoder:
         memory = _Memory(record.id, bodies.lists, prompt, sampled, [p[1] for p in bodies.parts])
         return Encoded(record, row, bodies.parts, memory)
 
+    def stored(self, session_id: str, digests: list[bytes]) -> None:
+        """These parts of the session are in the store (committed ahead of their record)."""
+        with self._lock:
+            state = self._session(session_id)
+            state.parts.update(digests)
+
+    def _session(self, session_id: str) -> _Session:
+        state = self._sessions.get(session_id)
+        if state is None:
+            state = self._sessions[session_id] = _Session()
+            while len(self._sessions) > self._limit:
+                self._sessions.popitem(last=False)
+        self._sessions.move_to_end(session_id)
+        return state
+
     def committed(self, encoded: Encoded) -> None:
         """`encoded` is in the store: later records of its session may refer to it."""
         memory = encoded.memory
         if memory is None:
             return
-        sid = encoded.record.session_id
         with self._lock:
-            state = self._sessions.get(sid)
-            if state is None:
-                state = self._sessions[sid] = _Session()
-                while len(self._sessions) > self._limit:
-                    self._sessions.popitem(last=False)
-            self._sessions.move_to_end(sid)
+            state = self._session(encoded.record.session_id)
             state.last = memory
             state.recent.append(memory)
             state.parts.update(memory.parts)

@@ -21,6 +21,7 @@ as SHA-256 hashes, and every `sk-polar-` key in a record's JSON is redacted, who
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -151,12 +152,30 @@ class SqliteStore:
 
     # records: queued, written in batches off the response path
     def prepare(self, session_id: str, record_id: str, native: Any, upstream: Any) -> Bodies | None:
-        """A call's bodies encoded before its record exists (the proxy does it while the upstream works);
-        pass it with the record. None when they cannot be: the record is then stored as it can be."""
+        """A call's bodies encoded before its record exists, and the history items they add committed
+        (the proxy does both on the loop while the upstream works: what is left for the record's own
+        commit, once the answer is in, is one small row); pass it with the record. None when they
+        cannot be encoded: the record is then stored as it can be."""
         try:
-            return self._encoder.bodies(session_id, record_id, native, upstream)
+            bodies = self._encoder.bodies(session_id, record_id, native, upstream)
         except Exception:  # noqa: BLE001 - the record's own encoding decides what is stored
             return None
+        if not bodies.parts:
+            return bodies
+        try:
+            with self._loop_connection() as conn:
+                conn.execute("BEGIN")
+                conn.executemany(_INSERT_PART, bodies.parts)
+        except sqlite3.Error:
+            return bodies  # the record's transaction stores them
+        self._encoder.stored(session_id, [p[1] for p in bodies.parts])
+        return dataclasses.replace(bodies, parts=[])
+
+    def _loop_connection(self) -> sqlite3.Connection:
+        if self._loop_conn is None:
+            self._loop_conn = connect(self.path)
+            self._loop_conn.execute(f"PRAGMA busy_timeout={_LOOP_BUSY_MS}")  # never hold the loop for long
+        return self._loop_conn
 
     def add_record(
         self, record: CompletionRecord, on_commit: Callable[[], None] | None = None, bodies: Bodies | None = None
@@ -178,10 +197,7 @@ class SqliteStore:
         turn, self._turn = self._turn, []
         encoded = [self._encode(record, bodies) for record, bodies, _ in turn]
         try:
-            if self._loop_conn is None:
-                self._loop_conn = connect(self.path)
-                self._loop_conn.execute(f"PRAGMA busy_timeout={_LOOP_BUSY_MS}")  # never hold the loop for long
-            with self._loop_conn as conn:
+            with self._loop_connection() as conn:
                 conn.execute("BEGIN")
                 _insert(conn, encoded)
         except sqlite3.Error as exc:  # the writer keeps trying; the callers wait for it

@@ -34,7 +34,6 @@ does; a context overflow is worded the way Claude Code recognises (and acts on) 
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import logging
 import re
@@ -247,7 +246,7 @@ class Anthropic(Dialect):
             log.debug("anthropic: ignoring fields %s", sorted(req.model_extra))
         messages = _system(req.system)
         for i, m in enumerate(req.messages):
-            messages.extend(converted(m, functools.partial(_messages, m, i)))
+            messages.extend(converted(m, _messages, i))
         extra: dict[str, Any] = {}
         if req.tool_choice is not None and req.tool_choice.disable_parallel_tool_use:
             extra["parallel_tool_calls"] = False

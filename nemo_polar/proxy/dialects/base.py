@@ -67,8 +67,8 @@ _MARKERS = tuple(orjson.dumps(h) for h in HOLES)
 _MARK = b"polar-hole-"
 
 
-def converted(item: Any, convert: Callable[[], T]) -> T:
-    """`convert()` of a validated history item, kept on the item (its wire model's `_canonical`): the
+def converted(item: Any, convert: Callable[..., T], *args: Any) -> T:
+    """`convert(item, *args)` of a validated history item, kept on the item (its wire model's `_canonical`): the
     proxy hands a session's unchanged history items on as the same objects call after call
     (proxy/history.py), so each is converted once, and its canonical messages stay the same objects.
     A dialect whose items convert apart from one another uses it; one that walks its history as a
@@ -76,7 +76,7 @@ def converted(item: Any, convert: Callable[[], T]) -> T:
     kept = item.__pydantic_private__  # the private attributes' own dict: pydantic's __getattr__ costs 2 us
     done = kept.get("_canonical")
     if done is None:
-        done = kept["_canonical"] = convert()
+        done = kept["_canonical"] = convert(item, *args)
     return done
 
 

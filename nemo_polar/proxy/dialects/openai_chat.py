@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
@@ -68,7 +67,7 @@ class OpenAIChat(Dialect):
         stream_opts = req.stream_options or {}
         return ChatRequest(
             model=req.model,
-            messages=[converted(m, functools.partial(_message, m)) for m in req.messages],
+            messages=[converted(m, _message) for m in req.messages],
             tools=[
                 Tool(t.function.name, t.function.description or "", t.function.parameters or {})
                 for t in req.tools or []
