@@ -108,7 +108,7 @@ def _vllm_stop(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from .store import SqliteStore
 
-    store = SqliteStore(args.store)
+    store = SqliteStore(args.store, read_only=True)
     out = open(args.out, "w") if args.out else sys.stdout
     for record in store.records(args.session):
         out.write(record.model_dump_json() + "\n")
@@ -220,7 +220,7 @@ def _traces(args: argparse.Namespace) -> int:
     from .traces import build
     from .traces.export import write_jsonl
 
-    store = SqliteStore(args.store)
+    store = SqliteStore(args.store, read_only=True)
     sessions = [args.session] if args.session else sorted({s.id for s in store.sessions()})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -323,7 +323,7 @@ def recorded(paths: list[str]) -> list[Case]:
     for path in paths:
         if not Path(path).is_file():  # opening a store creates it: a typo must not read as an empty store
             raise FileNotFoundError(f"bench merge: no record store at {path}")
-        store = SqliteStore(path)
+        store = SqliteStore(path, read_only=True)
         try:
             for s in sorted(store.sessions(), key=lambda s: s.id):
                 records = store.records(s.id)

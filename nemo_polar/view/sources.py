@@ -8,8 +8,9 @@
 Each answers the same three questions (`Source`): the listing (tasks and their sessions), one
 session's row and records, and a version that changes whenever something the page shows may have
 (the page is told, and asks again).
-Stores are read, never written: records through a read-only connection, the rollout store through
-its own class (which brings an older schema forward when opened, as every polar command does).
+Stores are read, never written: records through the record store's read API opened read-only, the
+rollout store through its own class (which brings an older schema forward when opened, as every polar
+command does).
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-import orjson
-
 from ..contracts import TaskSpec
 from ..errors import NotFound
 from ..records import CompletionRecord
 from ..rollup import kept, rollup_rows, view
+from ..store import SqliteStore
 
 
 class Source(Protocol):
@@ -94,28 +94,19 @@ def session_row(task: dict[str, Any], s: dict[str, Any], cached: dict[str, Any] 
 
 
 class Records:
-    """A record store (`nemo_polar.store`'s schema) through one read-only connection."""
+    """A record store through its own read API (`SqliteStore`, opened read-only: the file shown is never
+    migrated or written, and a store from an older version reads as it is)."""
 
     def __init__(self, path: Path):
-        if not path.is_file():
-            raise FileNotFoundError(f"no record store at {path}")
         self.path = path
-        self._conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
-        self._conn.execute("PRAGMA busy_timeout=10000")
-        self._lock = threading.Lock()
-
-    def _read(self, sql: str, args: Iterable[Any] = ()) -> list[tuple]:
-        with self._lock:
-            return self._conn.execute(sql, tuple(args)).fetchall()
+        self.store = SqliteStore(path, read_only=True)
 
     def records(self, proxy_session_id: str) -> list[CompletionRecord]:
-        rows = self._read("SELECT data FROM completions WHERE session_id=? ORDER BY seq", (proxy_session_id,))
-        return [CompletionRecord.model_validate_json(r[0]) for r in rows]
+        return self.store.records(proxy_session_id)
 
     def capture_sessions(self) -> list[dict[str, Any]]:
         """The proxy's sessions, without their keys."""
-        rows = self._read("SELECT id, created_at, data FROM sessions ORDER BY created_at")
-        return [{"id": i, "created_at": at, "metadata": orjson.loads(d).get("metadata") or {}} for i, at, d in rows]
+        return [{"id": s.id, "created_at": s.created_at, "metadata": s.metadata} for s in self.store.sessions()]
 
     def proxy_session_of(self, rollout_session_id: str) -> str | None:
         """The capture session a gateway node opened for a rollout session (its metadata names it)."""
@@ -125,24 +116,14 @@ class Records:
         return None
 
     def call_rows(self, proxy_session_ids: list[str]) -> dict[str, list[tuple[str, int, int, float, float]]]:
-        """What a rollup needs of each call, by capture session, one parse per record."""
-        out: dict[str, list[tuple[str, int, int, float, float]]] = {sid: [] for sid in proxy_session_ids}
-        marks = ",".join("?" * len(proxy_session_ids))
-        sql = f"SELECT session_id, data FROM completions WHERE session_id IN ({marks})"
-        for sid, data in self._read(sql, proxy_session_ids):
-            r = orjson.loads(data)
-            usage = r.get("usage") or {}
-            prompt = len(r.get("prompt_token_ids") or ()) or usage.get("prompt_tokens", 0)
-            completion = len(r.get("completion_token_ids") or ()) or usage.get("completion_tokens", 0)
-            out[sid].append((r["status"], prompt, completion, r["started_at"], r["finished_at"]))
-        return out
+        """What a rollup needs of each call, by capture session, without reading whole records."""
+        return self.store.call_rows(proxy_session_ids)
 
     def last_change(self) -> int:
-        return self._read("SELECT COALESCE(MAX(rowid), 0) FROM completions")[0][0]
+        return self.store.last_change()
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.store.close()
 
 
 class RollupCache:
