@@ -27,7 +27,7 @@ import threading
 import zlib
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,21 +94,26 @@ class _Session:
 
 
 class Encoder:
-    """Encodes records against what their session's committed records hold. Thread-safe: the event loop
-    and the store's writer thread both encode; `committed` is called once an encoding is in the store."""
+    """Encodes records against what their session's committed records hold, and the records before them
+    in the same transaction (`along`). Thread-safe: the event loop and the store's writer thread both
+    encode; `committed` is called once an encoding is in the store."""
 
     def __init__(self, sessions: int = _SESSIONS):
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._limit = sessions
         self._lock = threading.Lock()
 
-    def bodies(self, session_id: str, record_id: str, native: Any, upstream: Any) -> Bodies:
+    def bodies(
+        self, session_id: str, record_id: str, native: Any, upstream: Any, after: _Memory | None = None
+    ) -> Bodies:
         """A record's two bodies as stored, encoded ahead of the rest: the proxy does it while the upstream
         is generating, so a long history costs its call no time there. `encode` takes it for the record
-        whose `native_request` and `upstream_request` are these very objects."""
+        whose `native_request` and `upstream_request` are these very objects. `after`: a record of the
+        same transaction to refer to rather than the last committed one."""
         with self._lock:
             state = self._sessions.get(session_id)
             last, known = (state.last, state.parts) if state is not None else (None, set())
+        last = after or last
         lists: dict[tuple[str, str], _List] = {}
         parts: list[tuple[str, bytes, bytes]] = []
 
@@ -125,14 +130,16 @@ class Encoder:
         }
         return Bodies(record_id, (native, upstream), entries, parts, lists)
 
-    def encode(self, record: CompletionRecord, bodies: Bodies | None = None) -> Encoded:
+    def encode(self, record: CompletionRecord, bodies: Bodies | None = None, along: Sequence[Encoded] = ()) -> Encoded:
+        """`along`: the records encoded before this one for the same transaction, which it may refer to."""
+        mine = [e.memory for e in along if e.memory is not None and e.record.session_id == record.session_id]
         native, upstream = record.native_request, record.upstream_request
         made_for = bodies.sources if bodies is not None else (None, None)
         if bodies is None or bodies.record_id != record.id or made_for[0] is not native or made_for[1] is not upstream:
-            bodies = self.bodies(record.session_id, record.id, native, upstream)
+            bodies = self.bodies(record.session_id, record.id, native, upstream, mine[-1] if mine else None)
         with self._lock:
             state = self._sessions.get(record.session_id)
-            recent = list(state.recent) if state is not None else []
+            recent = (list(state.recent) if state is not None else []) + mine[-_RECENT:]
         doc = record.__pydantic_serializer__.to_python(record, mode="json", exclude=set(BODIES) | set(TOKENS))
         doc.update(bodies.entries)
         prompt, sampled = record.prompt_token_ids, record.completion_token_ids

@@ -195,7 +195,9 @@ class SqliteStore:
 
     def _commit_turn(self) -> None:
         turn, self._turn = self._turn, []
-        encoded = [self._encode(record, bodies) for record, bodies, _ in turn]
+        encoded: list[Encoded] = []
+        for record, bodies, _ in turn:
+            encoded.append(self._encode(record, bodies, encoded))
         try:
             with self._loop_connection() as conn:
                 conn.execute("BEGIN")
@@ -318,7 +320,7 @@ class SqliteStore:
                 elif isinstance(item, Encoded):  # encoded already: handed on by the loop
                     encoded.append(item)
                 elif item is not _FLUSH:
-                    encoded.append(self._encode(*item))
+                    encoded.append(self._encode(*item, encoded))
                 if callback is not None:
                     callbacks.append(callback)
             self._commit(conn, encoded, stop)
@@ -347,11 +349,12 @@ class SqliteStore:
                 if stopping or self._closing.wait(_RETRY_S):
                     return
 
-    def _encode(self, record: CompletionRecord, bodies: Bodies | None = None) -> Encoded:
+    def _encode(self, record: CompletionRecord, bodies: Bodies | None, along: list[Encoded]) -> Encoded:
+        """`along`: the records before it in the same transaction, which it may refer to."""
         try:
-            return self._encoder.encode(record, bodies)
+            return self._encoder.encode(record, bodies, along)
         except Exception as exc:  # noqa: BLE001 - whatever the record holds, the writer goes on
-            return self._encoder.encode(_unstorable(record, exc))
+            return self._encoder.encode(_unstorable(record, exc), None, along)
 
 
 _INSERT = "INSERT OR REPLACE INTO completions(id, session_id, seq, status, data, tokens) VALUES (?,?,?,?,?,?)"
