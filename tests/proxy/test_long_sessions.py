@@ -1,0 +1,201 @@
+"""Long sessions through the proxy: what a history's unchanged part costs is taken from the last call,
+and nothing a harness or the upstream sent is changed by it."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import httpx
+import orjson
+import pytest
+
+from nemo_polar.bench.fake_upstream import FakeUpstreamThread, HistoryIds, history_turn
+from nemo_polar.proxy.backends import BACKENDS
+from nemo_polar.proxy.dialects import DIALECTS
+from nemo_polar.proxy.history import Histories
+from nemo_polar.proxy.prompt_ids import PromptIds
+from tests.conftest import make_proxy
+
+CHAT = DIALECTS["openai_chat"]
+TOOL = {"type": "function", "function": {"name": "sh", "parameters": {"type": "object", "properties": {}}}}
+
+
+def history(rng: random.Random, turns: int) -> list[dict]:
+    messages: list[dict] = [{"role": "system", "content": "agent ✓"}, {"role": "user", "content": "go"}]
+    for t in range(turns):
+        messages.append(history_turn(messages, "sh"))
+        text = "".join(rng.choice('abc é\n{}[],"\\') for _ in range(rng.randint(0, 60)))
+        messages.append({"role": "tool", "tool_call_id": f"call_{t}", "content": text})
+    return messages
+
+
+def encodings(body: dict, rng: random.Random) -> bytes:
+    """The body as different harnesses serialise it: compact, spaced, pretty, non-ASCII escaped or not."""
+    how = rng.randrange(4)
+    if how == 0:
+        return orjson.dumps(body)
+    if how == 1:
+        return json.dumps(body).encode()  # ", " and ": "
+    if how == 2:
+        return json.dumps(body, indent=2, ensure_ascii=False).encode()
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def parsed_fresh(raw: bytes):
+    h = Histories()
+    p = h.parse("s", CHAT, raw)
+    h.validate(CHAT, p)
+    return p, CHAT.parse_request(p.body, {}, {})
+
+
+def test_a_history_parses_as_a_whole_parse_would_whatever_changed(seed=0):
+    """Grown, edited in the middle, re-serialised differently, cut short, a key named twice: what the
+    dialect reads and what the record keeps are what parsing the whole body gives."""
+    rng = random.Random(seed)
+    h = Histories()
+    messages = history(rng, 3)
+    for step in range(120):
+        edit = rng.randrange(6)
+        if edit <= 2:  # grows, as most calls do
+            messages = messages + history(rng, 1)[2:]
+        elif edit == 3 and len(messages) > 3:  # an earlier item changes (a cache marker moved)
+            i = rng.randrange(len(messages))
+            messages = messages[:i] + [dict(messages[i], cache=step)] + messages[i + 1 :]
+        elif edit == 4:  # compaction
+            messages = messages[:1] + [{"role": "user", "content": f"summary {step}"}]
+        body = {"model": "m", "messages": messages, "tools": [TOOL], "max_tokens": 9}
+        raw = encodings(body, rng)
+        if edit == 5:  # the key named twice: the last one wins, as in a whole parse
+            raw = raw[:-1] + b', "messages": [{"role": "user", "content": "twice"}]}'
+        p = h.parse("s", CHAT, raw)
+        assert orjson.dumps(p.native) == orjson.dumps(orjson.loads(raw)), step
+        h.validate(CHAT, p)
+        chat = CHAT.parse_request(p.body, {}, {})
+        assert chat == parsed_fresh(raw)[1], step
+        if p.seen is not None:
+            h.keep("s", p.seen)
+
+
+def test_unchanged_items_are_the_same_objects_and_only_new_bytes_are_parsed():
+    h = Histories()
+    messages = history(random.Random(1), 30)
+    first = h.parse("s", CHAT, orjson.dumps({"model": "m", "messages": messages}))
+    h.validate(CHAT, first)
+    h.keep("s", first.seen)
+    grown = messages + [{"role": "user", "content": "more"}]
+    second = h.parse("s", CHAT, orjson.dumps({"model": "m", "messages": grown}))
+    assert second.kept == len(messages)
+    assert all(a is b for a, b in zip(second.native["messages"], first.native["messages"], strict=False))
+    assert second.fresh["messages"] == [{"role": "user", "content": "more"}]  # all that was parsed, and walked
+    assert second.body["messages"][0] is first.body["messages"][0]  # validated once
+    with pytest.raises(Exception, match="not valid JSON"):
+        h.parse("s", CHAT, orjson.dumps({"model": "m", "messages": grown})[:-3])
+
+
+def test_a_deep_new_item_is_refused_after_a_reused_history(tmp_path):
+    with FakeUpstreamThread(history=True) as up, make_proxy(up.url, tmp_path) as proxy:
+        key = proxy.proxy.sessions.open().api_key
+        messages = history(random.Random(2), 5)
+        with httpx.Client(base_url=proxy.url, headers={"Authorization": f"Bearer {key}"}) as http:
+            assert http.post("/v1/chat/completions", json={"model": "m", "messages": messages}).status_code == 200
+            deep: object = "x"
+            for _ in range(150):
+                deep = [deep]
+            body = {"model": "m", "messages": messages + [{"role": "user", "content": deep}]}
+            out = http.post("/v1/chat/completions", json=body)
+            assert out.status_code == 400 and "deeper" in out.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "nemo_rl"])
+def test_prompt_ids_read_from_the_last_answer_are_what_a_whole_parse_gives(engine):
+    backend = BACKENDS[engine]({})
+    ids = HistoryIds()
+    reader = PromptIds()
+    messages = history(random.Random(3), 2)
+    previous = None
+    for t in range(12):
+        prompt = ids.prompt(messages)
+        choice = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "token_ids": [7, 8]}
+        answer: dict = {"choices": [choice], "usage": {}}
+        if engine == "vllm":
+            answer["prompt_token_ids"] = prompt
+        elif engine == "sglang":
+            choice["prompt_token_ids"] = prompt
+        else:
+            choice["message"]["prompt_token_ids"] = prompt
+        raw = orjson.dumps(answer)
+        body = reader.parse("s", backend, raw)
+        assert body == orjson.loads(raw)
+        got = backend.prompt_ids(body, body["choices"][0])
+        if previous is not None and engine != "sglang":  # SGLang's place falls back to a whole parse
+            assert got[len(previous) - 1] is previous[-1]  # the same ints, not parsed again
+        previous = got
+        messages = messages + history(random.Random(t), 1)[2:]
+    with pytest.raises(orjson.JSONDecodeError):
+        reader.parse("s", backend, raw[:-2])
+
+
+def chat_turn(answer: dict, t: int, text: str) -> list[dict]:
+    reply = answer["choices"][0]["message"]
+    return [reply, {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": text}]
+
+
+def anthropic_turn(answer: dict, t: int, text: str, messages: list[dict]) -> list[dict]:
+    """Claude Code's habit: the cache marker moves to the newest tool result, off the one before."""
+    for m in messages:
+        for block in m["content"] if isinstance(m["content"], list) else []:
+            block.pop("cache_control", None)
+    use = next(b for b in answer["content"] if b["type"] == "tool_use")
+    result = {"type": "tool_result", "tool_use_id": use["id"], "content": text, "cache_control": {"type": "ephemeral"}}
+    return [{"role": "assistant", "content": answer["content"]}, {"role": "user", "content": [result]}]
+
+
+@pytest.mark.parametrize("dialect", ["openai_chat", "anthropic"])
+def test_every_record_of_a_long_session_keeps_what_was_sent_and_what_went_upstream(dialect, tmp_path):
+    rng = random.Random(4)
+    with FakeUpstreamThread(history=True) as up, make_proxy(up.url, tmp_path) as proxy:
+        session = proxy.proxy.sessions.open()
+        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "fix the bug ✓"}]}]
+        sent = []
+        with httpx.Client(base_url=proxy.url, timeout=30) as http:
+            for t in range(40):
+                text = "".join(rng.choice('ab é\n{}"') for _ in range(rng.randint(1, 300)))
+                if dialect == "openai_chat":
+                    body = {"model": "m", "messages": messages, "tools": [TOOL]}
+                    headers = {"Authorization": f"Bearer {session.api_key}"}
+                    path = "/v1/chat/completions"
+                else:
+                    tool = {"name": "sh", "input_schema": {"type": "object"}}
+                    body = {
+                        "model": "m",
+                        "max_tokens": 64,
+                        "system": "be brief",
+                        "messages": messages,
+                        "tools": [tool],
+                    }
+                    headers = {"x-api-key": session.api_key, "anthropic-version": "2023-06-01"}
+                    path = "/v1/messages"
+                raw = encodings(body, rng)
+                answer = http.post(path, content=raw, headers=headers | {"content-type": "application/json"})
+                assert answer.status_code == 200, answer.text
+                sent.append(raw)
+                if dialect == "openai_chat":
+                    messages = messages + chat_turn(answer.json(), t, text)
+                else:
+                    messages = messages + anthropic_turn(answer.json(), t, text, messages)
+                messages = json.loads(json.dumps(messages))  # the harness's own objects, call after call
+        upstream = list(up.fake.requests)
+        recorded = proxy.proxy.records(session.id)
+    assert len(recorded) == len(sent) == len(upstream) == 40
+    for rec, raw, went in zip(recorded, sent, upstream, strict=True):
+        assert orjson.dumps(rec.native_request) == orjson.dumps(orjson.loads(raw))
+        assert orjson.dumps(rec.upstream_request) == orjson.dumps(went)
+        assert rec.prompt_token_ids == HistoryIds().prompt(went["messages"]) and rec.status == "ok"
+
+
+def test_prompt_ids_that_only_look_like_a_continuation_are_parsed_whole():
+    reader, backend = PromptIds(), BACKENDS["vllm"]({})
+    for prompt in ([1, 2, 3], [1, 2, 34, 5], [1, 2, 34, 5], [1, 2], [1, 2, 34, 5, 6]):
+        raw = orjson.dumps({"choices": [{"message": {}}], "prompt_token_ids": prompt})
+        assert reader.parse("s", backend, raw)["prompt_token_ids"] == prompt
