@@ -196,6 +196,6 @@ def test_every_record_of_a_long_session_keeps_what_was_sent_and_what_went_upstre
 
 def test_prompt_ids_that_only_look_like_a_continuation_are_parsed_whole():
     reader, backend = PromptIds(), BACKENDS["vllm"]({})
-    for prompt in ([1, 2, 3], [1, 2, 34, 5], [1, 2, 34, 5], [1, 2], [1, 2, 34, 5, 6]):
+    for prompt in ([1, 2, 3], [1, 2, 345, 6], [1, 2, 345, 6], [1, 2], [1, 2, 345, 6, 7]):
         raw = orjson.dumps({"choices": [{"message": {}}], "prompt_token_ids": prompt})
         assert reader.parse("s", backend, raw)["prompt_token_ids"] == prompt
