@@ -12,3 +12,4 @@ test: setup
 
 bench: setup
 	.venv/bin/polar bench proxy --json
+	.venv/bin/polar bench long --json

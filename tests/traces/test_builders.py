@@ -157,3 +157,22 @@ def test_length_policy_keeps_the_causal_prefix():
     assert t.metadata["truncated"] and result.stats.truncated == 1
     (short,) = build(LINEAR, max_tokens=2).traces
     assert short.prompt_ids == [1, 2, 3] and short.response_ids == []
+
+
+def test_a_long_chain_compares_each_call_with_its_parent_alone(monkeypatch):
+    """Placing a call tries the earlier calls longest first: in a chain, the parent is the first tried,
+    so a 300-call session costs 300 prefix comparisons, not 45,000."""
+    from nemo_polar.traces import builders
+
+    tried = []
+    extends = builders._extends
+    monkeypatch.setattr(builders, "_extends", lambda prompt, parent: tried.append(1) or extends(prompt, parent))
+    prompt, records = [1, 2, 3], []
+    for i in range(300):
+        sample = [1000 + i, EOT]
+        records.append(rec(f"c{i}", i, list(prompt), sample))
+        prompt = prompt + sample + [50 + i % 40, 51]
+    result = build(records)
+    assert result.stats.traces == 1 and result.stats.merged == 299
+    assert len(tried) == 299
+    assert_faithful(result, records)
