@@ -33,32 +33,32 @@ class PromptIds:
         closed = raw.find(b"]", opened) if opened >= len(_KEY) - 1 else -1
         if closed < 0:
             return orjson.loads(raw)
+        text = raw[opened + 1 : closed]
         try:
             body = orjson.loads(raw[: opened + 1] + raw[closed:])
-            ids = self._ids(session_id, raw[opened + 1 : closed])
+            head, tail = self._split(session_id, text)
         except orjson.JSONDecodeError:
             return orjson.loads(raw)
         choices = body.get("choices") if isinstance(body, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         place = backend.prompt_ids(body, choice)
-        if not isinstance(place, list) or place or not isinstance(ids, list):
+        if not isinstance(place, list) or place or not isinstance(tail, list):
             return orjson.loads(raw)  # the array cut out is not the one the backend reads
-        place += ids
+        place += head
+        place += tail
+        self._last[session_id] = (text, place)
+        self._last.move_to_end(session_id)
+        while len(self._last) > self._limit:
+            self._last.popitem(last=False)
         return body
 
-    def _ids(self, session_id: str, text: bytes) -> Any:
+    def _split(self, session_id: str, text: bytes) -> tuple[list[int], Any]:
+        """(the ids taken from the last answer, the rest parsed)."""
         last = self._last.get(session_id)
         n = len(last[0]) if last is not None else 0
         if last is not None and n and text.startswith(last[0]) and text[n : n + 1] in (b",", b""):
-            ids = last[1] + orjson.loads(b"[" + text[n + 1 :] + b"]")
-        else:
-            ids = orjson.loads(b"[" + text + b"]")
-        if isinstance(ids, list):
-            self._last[session_id] = (text, ids)
-            self._last.move_to_end(session_id)
-            while len(self._last) > self._limit:
-                self._last.popitem(last=False)
-        return ids
+            return last[1], orjson.loads(b"[" + text[n + 1 :] + b"]")
+        return [], orjson.loads(b"[" + text + b"]")
 
     def forget(self, session_id: str) -> None:
         self._last.pop(session_id, None)

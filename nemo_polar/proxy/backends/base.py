@@ -155,8 +155,8 @@ class StreamAssembler:
         if not self.identified:  # the answer's id, model and prompt come with its first chunk(s)
             c.id = c.id or body.get("id", "")
             c.model = c.model or body.get("model", "")
-            if not c.prompt_token_ids:
-                c.prompt_token_ids = list(self.backend.prompt_ids(body, choice) or [])
+            if not c.prompt_token_ids:  # the parsed answer's own list: nothing else holds it
+                c.prompt_token_ids = self.backend.prompt_ids(body, choice) or []
             self.identified = bool(c.id and c.model and c.prompt_token_ids)
         if c.policy_version is None and "metadata" in body:  # SGLang: {"metadata": {"weight_version": ...}}
             version = (body["metadata"] or {}).get("weight_version")
