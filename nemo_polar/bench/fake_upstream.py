@@ -202,14 +202,7 @@ class FakeUpstream:
         if tool:
             message = {"role": "assistant", "content": None, "tool_calls": [self._call(body)]}
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool else "length"}
-        out: dict[str, Any] = {
-            "id": "fake-1",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model"),
-            "choices": [choice],
-            "usage": {"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": n},
-        }
+        out = _answer(body, choice, len(_prompt_ids(body)), n)
         if fault != "no_token_ids":
             self._token_fields(out, choice, _prompt_ids(body), ids, logprobs)
         if self.weight_version is not None:
@@ -229,14 +222,7 @@ class FakeUpstream:
         prompt, ids = self.history.prompt(messages), self.history.sample(message)
         logprobs = [-0.25 - (i % 50) / 100 for i in range(len(ids))]
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "tool_calls"}
-        out: dict[str, Any] = {
-            "id": "fake-1",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model"),
-            "choices": [choice],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(ids)},
-        }
+        out = _answer(body, choice, len(prompt), len(ids))
         self._token_fields(out, choice, prompt, ids, logprobs)
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
@@ -312,6 +298,18 @@ class FakeUpstream:
         )
         await resp.write(b"data: [DONE]\n\n")
         return resp
+
+
+def _answer(body: dict[str, Any], choice: dict[str, Any], prompt_tokens: int, completion_tokens: int) -> dict:
+    """A whole Chat Completions answer around its one choice."""
+    return {
+        "id": "fake-1",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model"),
+        "choices": [choice],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+    }
 
 
 class FakeUpstreamThread:
