@@ -239,7 +239,7 @@ def _items(value: list, before: _List | None) -> tuple[bytes, list[int], int]:
         return joined, before.lengths[:same] + [len(i) for i in new], same
     joined = orjson.dumps(value)
     end = len(before.joined) - 1  # where `before`'s closing bracket was
-    if joined.startswith(before.joined[:end]) and joined[end : end + 1] in (b",", b"]"):
+    if joined.startswith(memoryview(before.joined)[:end]) and joined[end : end + 1] in (b",", b"]"):
         keep = len(before.lengths)
         return joined, before.lengths + [len(orjson.dumps(v)) for v in value[keep:]], keep
     items = [orjson.dumps(v) for v in value]

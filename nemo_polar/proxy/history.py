@@ -112,10 +112,10 @@ def loads(raw: bytes) -> Any:
 def _unchanged(raw: bytes, before: Seen) -> int:
     """How many leading history items `raw` has byte for byte as `before` had them (and all that came
     before them in the body). One comparison when the history only grew; else a halving search."""
-    ends = before.ends
+    ends, last = before.ends, memoryview(before.raw)
 
-    def same(k: int) -> bool:
-        return k == 0 or raw[: ends[k - 1]] == before.raw[: ends[k - 1]]
+    def same(k: int) -> bool:  # one memcmp, nothing copied
+        return k == 0 or raw.startswith(last[: ends[k - 1]])
 
     k = len(ends)
     if not same(k):
