@@ -364,7 +364,9 @@ _INSERT_PART = "INSERT OR IGNORE INTO parts(session_id, hash, data) VALUES (?,?,
 def _insert(conn: sqlite3.Connection, encoded: list[Encoded]) -> None:
     """Records and the parts they add, in one transaction (the caller's): a record is never stored
     without what it refers to."""
-    conn.executemany(_INSERT_PART, [p for e in encoded for p in e.parts])
+    parts = [p for e in encoded for p in e.parts]
+    if parts:  # most records bring none: the proxy committed them while the upstream worked
+        conn.executemany(_INSERT_PART, parts)
     conn.executemany(_INSERT, [e.row for e in encoded])
 
 

@@ -26,6 +26,7 @@ from ..errors import RequestInvalid
 from .dialects import Dialect
 
 _SESSIONS = 256  # sessions whose last history is kept (the least recent dropped: it costs one full parse)
+_SMALL = 16384  # a body this short is parsed whole: comparing and scanning it would cost more than that
 _SCAN = json.JSONDecoder()  # its raw_decode finds where a JSON value ends, in C
 _WS = " \t\n\r"
 
@@ -53,14 +54,15 @@ class Parsed:
 
 
 class Histories:
-    def __init__(self, sessions: int = _SESSIONS):
+    def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
         self._seen: OrderedDict[str, Seen] = OrderedDict()
         self._limit = sessions
+        self._small = small
         self._adapters: dict[str, TypeAdapter] = {}
 
     def parse(self, session_id: str, dialect: Dialect, raw: bytes) -> Parsed:
         """`raw` parsed; a 400 when it is not JSON."""
-        field = dialect.history[0] if dialect.history is not None else None
+        field = dialect.history[0] if dialect.history is not None and len(raw) >= self._small else None
         before = self._seen.get(session_id)
         if field is not None and before is not None and before.dialect == dialect.name:
             kept = _unchanged(raw, before)

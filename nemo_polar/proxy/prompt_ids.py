@@ -20,15 +20,19 @@ from .backends.base import Backend
 
 _KEY = b'"prompt_token_ids":['
 _SESSIONS = 256
+_SMALL = 16384  # an answer this short is parsed whole: its ids are a few thousand at most
 
 
 class PromptIds:
-    def __init__(self, sessions: int = _SESSIONS):
+    def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
         self._last: OrderedDict[str, tuple[bytes, list[int]]] = OrderedDict()
         self._limit = sessions
+        self._small = small
 
     def parse(self, session_id: str, backend: Backend, raw: bytes) -> Any:
         """`raw` (a whole answer) parsed; raises orjson's error when it is not JSON."""
+        if len(raw) < self._small:
+            return orjson.loads(raw)
         opened = raw.find(_KEY) + len(_KEY) - 1  # the array's `[`
         closed = raw.find(b"]", opened) if opened >= len(_KEY) - 1 else -1
         if closed < 0:

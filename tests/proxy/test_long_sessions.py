@@ -53,7 +53,7 @@ def test_a_history_parses_as_a_whole_parse_would_whatever_changed(seed=0):
     """Grown, edited in the middle, re-serialised differently, cut short, a key named twice: what the
     dialect reads and what the record keeps are what parsing the whole body gives."""
     rng = random.Random(seed)
-    h = Histories()
+    h = Histories(small=0)
     messages = history(rng, 3)
     for step in range(120):
         edit = rng.randrange(6)
@@ -78,7 +78,7 @@ def test_a_history_parses_as_a_whole_parse_would_whatever_changed(seed=0):
 
 
 def test_unchanged_items_are_the_same_objects_and_only_new_bytes_are_parsed():
-    h = Histories()
+    h = Histories(small=0)
     messages = history(random.Random(1), 30)
     first = h.parse("s", CHAT, orjson.dumps({"model": "m", "messages": messages}))
     h.validate(CHAT, first)
@@ -111,7 +111,7 @@ def test_a_deep_new_item_is_refused_after_a_reused_history(tmp_path):
 def test_prompt_ids_read_from_the_last_answer_are_what_a_whole_parse_gives(engine):
     backend = BACKENDS[engine]({})
     ids = HistoryIds()
-    reader = PromptIds()
+    reader = PromptIds(small=0)
     messages = history(random.Random(3), 2)
     previous = None
     for t in range(12):
@@ -195,7 +195,7 @@ def test_every_record_of_a_long_session_keeps_what_was_sent_and_what_went_upstre
 
 
 def test_prompt_ids_that_only_look_like_a_continuation_are_parsed_whole():
-    reader, backend = PromptIds(), BACKENDS["vllm"]({})
+    reader, backend = PromptIds(small=0), BACKENDS["vllm"]({})
     for prompt in ([1, 2, 3], [1, 2, 345, 6], [1, 2, 345, 6], [1, 2], [1, 2, 345, 6, 7]):
         raw = orjson.dumps({"choices": [{"message": {}}], "prompt_token_ids": prompt})
         assert reader.parse("s", backend, raw)["prompt_token_ids"] == prompt
