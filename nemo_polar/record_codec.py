@@ -46,6 +46,7 @@ _PART_MIN_BYTES = 256  # a non-list value this long is a part: the same instruct
 _COMPRESS_MIN_BYTES = 512  # below this, zlib's header and a call's time cost more than it saves
 _DOC_COMPRESS_MIN_BYTES = 2048  # a record's own JSON (times, status, the answer): most calls' is ~1 KB, and
 # compressing it costs a short call a fifth of its encoding for a few hundred bytes
+SHORT_PROMPT = 512  # ids: a call this short is stored whole
 _RECENT = 4  # earlier calls a prompt is compared with: the chain's last, and a sub-agent's or a retry's
 _SESSIONS = 256  # sessions whose last record is kept for the next one to refer to (least recent dropped)
 _HEADER = struct.Struct("<BIII")  # flags, tail, sampled ids, logprobs
@@ -133,7 +134,12 @@ class Encoder:
         return Bodies(record_id, (native, upstream), entries, parts, lists)
 
     def encode(self, record: CompletionRecord, bodies: Bodies | None = None, along: Sequence[Encoded] = ()) -> Encoded:
-        """`along`: the records encoded before this one for the same transaction, which it may refer to."""
+        """`along`: the records encoded before this one for the same transaction, which it may refer to.
+        A short call's record (a prompt under `SHORT_PROMPT` ids, and no prepared bodies) is stored whole,
+        as records were before: references would cost it more than they save, and nothing refers to it."""
+        if bodies is None and len(record.prompt_token_ids) < SHORT_PROMPT:
+            data = KEY_PATTERN.sub(REDACTED, record.__pydantic_serializer__.to_json(record))
+            return Encoded(record, (record.id, record.session_id, record.seq, record.status, data, None), [], None)
         mine = [e.memory for e in along if e.memory is not None and e.record.session_id == record.session_id]
         native, upstream = record.native_request, record.upstream_request
         made_for = bodies.sources if bodies is not None else (None, None)

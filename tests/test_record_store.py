@@ -52,7 +52,7 @@ def call(seq: int, messages: list, prompt: list[int], sampled: list[int], **extr
 def growing(turns: int, session_id: str = "s") -> list[CompletionRecord]:
     """A session whose history grows by an assistant turn and a 2 KB tool result per call."""
     messages: list = [{"role": "system", "content": "be brief " * 100}, {"role": "user", "content": "fix it"}]
-    prompt: list[int] = list(range(100, 400))
+    prompt: list[int] = list(range(100, 700))  # past SHORT_PROMPT: stored by reference from the first call
     out = []
     for t in range(turns):
         sampled = [5000 + t, 6000 + t, 7]

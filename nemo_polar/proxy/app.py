@@ -53,6 +53,7 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _SSE_RAW_HEADERS = StreamingResponse((), media_type="text/event-stream", headers=_SSE_HEADERS).raw_headers
 _CREDENTIAL_FIELDS = ("api_key", "apiKey", "key", "authorization")
 _MATCHED_PATHS = 1024
+PREPARE_FROM = 16384  # bytes of body: a shorter call's bodies are encoded with its record, if at all
 
 
 def error_response(dialect: Dialect, err: PolarError) -> Response:
@@ -209,8 +210,8 @@ class Proxy:
             try:
                 call.target = await self._target(call.session)
                 call.upstream_body = self._build_body(call)
-                # runs once the request is on its way, when this task first waits for the upstream
-                asyncio.get_running_loop().call_soon(call.prepare, self.store)
+                if len(call.raw) >= PREPARE_FROM:  # runs once the request is on its way, while it waits
+                    asyncio.get_running_loop().call_soon(call.prepare, self.store)
                 if call.request.stream and self.backend.streams:
                     response = await self._open_relay(call)
                     streaming = True  # the relay owns the gate slot from here
