@@ -44,8 +44,6 @@ BODIES = ("native_request", "upstream_request")
 TOKENS = ("prompt_token_ids", "completion_token_ids", "completion_logprobs")
 _PART_MIN_BYTES = 256  # a non-list value this long is a part: the same instructions every call
 _COMPRESS_MIN_BYTES = 512  # below this, zlib's header and a call's time cost more than it saves
-_DOC_COMPRESS_MIN_BYTES = 2048  # a record's own JSON (times, status, the answer): most calls' is ~1 KB, and
-# compressing it costs a short call a fifth of its encoding for a few hundred bytes
 SHORT_PROMPT = 512  # ids: a call this short is stored whole
 _RECENT = 4  # earlier calls a prompt is compared with: the chain's last, and a sub-agent's or a retry's
 _SESSIONS = 256  # sessions whose last record is kept for the next one to refer to (least recent dropped)
@@ -153,7 +151,7 @@ class Encoder:
         prompt, sampled = record.prompt_token_ids, record.completion_token_ids
         base, keep = _prefix(prompt, recent)
         doc["prompt"] = [base, keep] if keep else None
-        data = _squeeze(KEY_PATTERN.sub(REDACTED, orjson.dumps(doc)), _DOC_COMPRESS_MIN_BYTES)
+        data = _squeeze(KEY_PATTERN.sub(REDACTED, orjson.dumps(doc)))
         tokens = _pack(prompt[keep:], sampled, record.completion_logprobs)
         row = (record.id, record.session_id, record.seq, record.status, data, tokens)
         memory = _Memory(record.id, bodies.lists, prompt, sampled, [p[1] for p in bodies.parts])
@@ -341,9 +339,9 @@ def lengths(doc_keep: int, blob: bytes) -> tuple[int, int]:
     return doc_keep + tail, sampled
 
 
-def _squeeze(raw: bytes, at_least: int = _COMPRESS_MIN_BYTES) -> bytes:
+def _squeeze(raw: bytes) -> bytes:
     """zlib where it saves a tenth; a zlib stream starts with 0x78, JSON never does, so readers can tell."""
-    if len(raw) >= at_least:
+    if len(raw) >= _COMPRESS_MIN_BYTES:
         squeezed = zlib.compress(raw, 1)
         if len(squeezed) < len(raw) * 0.9:
             return squeezed
