@@ -10,12 +10,15 @@ session's length (a 200-call session kept its history 200 times). A stored recor
   that call's id and a count) plus the new tail, and its sampled ids and logprobs, all as packed arrays
   (int32 or int64, float64);
 - the rest (times, status, the answer) as JSON; JSON and arrays compressed where that pays.
+A short call's record (a prompt under `SHORT_PROMPT` ids) is stored whole, as before (its `tokens` NULL,
+like a row from before records by reference): references would cost it more than they save.
 
 Readers get whole `CompletionRecord`s, equal to the ones written: a session is decoded in the order its
 rows were written, so a reference always points back at a record already decoded. Items are compared by
-their JSON bytes, never by Python equality (`1 == True`, and key order), so what is read is what was
-written. A reference only ever names a record already committed (`Encoder.committed`), so a crash never
-leaves one pointing at nothing. Keys (`sk-polar-...`) are redacted before anything is hashed or stored.
+their JSON bytes, or as the very objects the last record held, never by Python equality (`1 == True`,
+and key order), so what is read is what was written. A reference only ever names a record already
+committed (`Encoder.committed`) or one of the same transaction, so a crash never leaves one pointing at
+nothing. Keys (`sk-polar-...`) are redacted before anything is hashed or stored.
 """
 
 from __future__ import annotations
