@@ -260,7 +260,7 @@ class Proxy:
         # again, nor walked for their depth (they were, then)
         parsed = self.sessions.history.parse(session.id, dialect, raw)
         limit = self.config.limits.max_depth
-        if json_depth(parsed.body, limit) > limit:
+        if json_depth(parsed.fresh, limit) > limit:
             raise RequestInvalid(f"request body nests deeper than {limit} levels")
         params = dict(request.path_params) | {"path": request.scope["path"]}
         raw_query = request.scope["query_string"]
