@@ -255,7 +255,7 @@ def _items(value: list, before: _List | None) -> tuple[bytes, list[int], int]:
         keep = len(before.lengths)
         return joined, before.lengths + [len(orjson.dumps(v)) for v in value[keep:]], keep
     items = [orjson.dumps(v) for v in value]
-    return joined, [len(i) for i in items], _shared(items, before.items())
+    return joined, [len(i) for i in items], common_prefix(items, before.items())
 
 
 def _spans(lengths: list[int], start: int) -> list[tuple[int, int]]:
@@ -268,14 +268,6 @@ def _spans(lengths: list[int], start: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _shared(items: list[bytes], before: list[bytes]) -> int:
-    n = min(len(items), len(before))
-    i = 0
-    while i < n and items[i] == before[i]:
-        i += 1
-    return i
-
-
 def _prefix(prompt: list[int], recent: list[_Memory]) -> tuple[str | None, int]:
     """The recent call whose prompt + sample this prompt shares the longest prefix with, and its length.
     The last call first: a chain's next prompt extends it whole, and then nothing else is compared."""
@@ -284,9 +276,9 @@ def _prefix(prompt: list[int], recent: list[_Memory]) -> tuple[str | None, int]:
         p, s = memory.prompt, memory.sampled
         n = len(p) + len(s)
         if n > len(prompt) or prompt[: len(p)] != p or prompt[len(p) : n] != s:
-            n = _common_prefix(prompt, p)
+            n = common_prefix(prompt, p)
             if n == len(p):
-                n += _common_prefix(prompt[n:], s)
+                n += common_prefix(prompt[n:], s)
         if n > best[1]:
             best = (memory.record_id, n)
         if n and (n == len(p) + len(s) or n == len(prompt)):  # nothing else can share more
@@ -294,9 +286,10 @@ def _prefix(prompt: list[int], recent: list[_Memory]) -> tuple[str | None, int]:
     return best
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading items two lists share, found by halving: every comparison is one C-speed
-    slice compare, never a step per token."""
+def common_prefix(a: list, b: list) -> int:
+    """How many leading items two lists share (token ids, or items' JSON), found by halving: every
+    comparison is one C-speed slice compare, never a step per item. The trace builder's drift
+    analysis uses it too."""
     lo, hi = 0, min(len(a), len(b))  # a[:lo] == b[:lo]; the first difference is before hi
     while lo < hi:
         mid = (lo + hi + 1) // 2

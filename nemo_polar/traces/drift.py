@@ -19,6 +19,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from ..record_codec import common_prefix
+
 REPAIRABLE = frozenset(
     {"reasoning_removed", "think_block_inserted", "header_line", "tool_args_reserialised", "retokenization"}
 )
@@ -39,17 +41,6 @@ class Alignment:
     @property
     def exact(self) -> bool:
         return self.cause is None
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    lo = 0
-    step = 512
-    while lo + step <= n and a[lo : lo + step] == b[lo : lo + step]:  # C-speed blocks, then token by token
-        lo += step
-    while lo < n and a[lo] == b[lo]:
-        lo += 1
-    return lo
 
 
 def _index(seq: list[int], token: int | None, start: int, end: int | None = None) -> int:
