@@ -157,7 +157,6 @@ def prefix_tree(
     nodes: list[_Node] = []
     for r in ordered:
         nodes.append(_place(r, nodes, events, eot, tokenizer, repair))
-        nodes[-1].index = len(nodes) - 1
     stats.roots = sum(n.parent is None for n in nodes)
     stats.merged = len(nodes) - stats.roots
     return _traces([n for n in nodes if not n.children])
@@ -184,10 +183,11 @@ def _place(
                 detail=found.detail,
             )
         )
+    index = len(nodes)  # the node placed is the next in arrival order
     if not fixable:
-        return _attach(r, base, prompt[floor:]) if base is not None else _root(r)
+        return _attach(r, base, prompt[floor:], index) if base is not None else _root(r, index)
     glue = ([eot] if found.close_turn and eot is not None else []) + prompt[found.resume :]
-    node = _attach(r, parent, glue)
+    node = _attach(r, parent, glue, index)
     node.repair = Repair(record_id=r.id, cause=found.cause, detail=found.detail)
     return node
 
@@ -233,14 +233,14 @@ def _closest(prompt: list[int], nodes: list[_Node], eot: int | None, tokenizer):
     return best, best_alignment
 
 
-def _root(r: CompletionRecord) -> _Node:
+def _root(r: CompletionRecord, index: int) -> _Node:
     start = len(r.prompt_token_ids)
-    return _Node(r, r.prompt_token_ids, (start, start + len(r.completion_token_ids)), -1)
+    return _Node(r, r.prompt_token_ids, (start, start + len(r.completion_token_ids)), index)
 
 
-def _attach(r: CompletionRecord, parent: _Node, glue: list[int]) -> _Node:
+def _attach(r: CompletionRecord, parent: _Node, glue: list[int], index: int) -> _Node:
     start = parent.span[1] + len(glue)
-    node = _Node(r, glue, (start, start + len(r.completion_token_ids)), -1, parent)
+    node = _Node(r, glue, (start, start + len(r.completion_token_ids)), index, parent)
     parent.children.append(node)
     return node
 
