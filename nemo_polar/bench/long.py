@@ -25,7 +25,6 @@ import os
 import resource
 import shutil
 import sqlite3
-import statistics
 import subprocess
 import sys
 import sysconfig
@@ -39,7 +38,7 @@ import orjson
 
 from ..proxy.serve import free_port
 from .fake_upstream import SERVED_MODEL
-from .proxy import children, cpu_seconds, spawn
+from .proxy import _pct, children, cpu_seconds, spawn
 
 MODES = ("fake", "tokenizer")
 ARMS = ("direct", "bare", "proxy")
@@ -70,10 +69,6 @@ def opening(text: str) -> list[dict[str, Any]]:
 def tool_result(text: str, turn: int, call_id: str) -> dict[str, Any]:
     start = (turn * 7919 * 13) % (len(text) - _RESULT_BYTES)
     return {"role": "tool", "tool_call_id": call_id, "content": text[start : start + _RESULT_BYTES]}
-
-
-def _pct(values: list[float], q: float = 0.5) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1] if len(values) > 1 else values[0]
 
 
 def store_bytes(path: Path) -> int:
@@ -152,7 +147,7 @@ async def _drive(
 def _latency(first: dict[str, list[float]], last: dict[str, list[float]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, times in (("first", first), ("last", last)):
-        p50 = {a: _pct(v) for a, v in times.items()}
+        p50 = {a: _pct(v, 0.5) for a, v in times.items()}
         added = {a: p50[a] - p50["direct"] for a in ("bare", "proxy")}
         out[name] = {
             "p50_ms": {a: round(1000 * v, 3) for a, v in p50.items()},
