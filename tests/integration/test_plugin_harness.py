@@ -22,7 +22,7 @@ HARNESS = f'''
 
 from pydantic import Field
 
-from nemo_polar.server.gateway.harnesses.base import Harness, HarnessSettings, Launch
+from nemo_polar.harnesses.base import Harness, HarnessSettings, Launch
 
 
 class OneCallSettings(HarnessSettings):

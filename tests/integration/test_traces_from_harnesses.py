@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from nemo_polar.server.gateway.harnesses import HARNESSES
+from nemo_polar.harnesses import HARNESSES
 from nemo_polar.traces import build
 
 from .conftest import run_harness

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
-from nemo_polar.server.gateway.harnesses import HARNESSES, base, install
-from nemo_polar.server.gateway.harnesses.install import HarnessNotInstalled, check_install, installed_version
-from nemo_polar.server.gateway.harnesses.pi import Pi
-from nemo_polar.server.gateway.harnesses.shell import Shell
-from nemo_polar.server.gateway.harnesses.versions import PINS, Pin
+from nemo_polar.harnesses import HARNESSES, base, install
+from nemo_polar.harnesses.install import HarnessNotInstalled, check_install, installed_version
+from nemo_polar.harnesses.pi import Pi
+from nemo_polar.harnesses.shell import Shell
+from nemo_polar.harnesses.versions import PINS, Pin
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.server.gateway.harnesses import HARNESSES, Endpoint, Inside, Launch
-from nemo_polar.server.gateway.harnesses.openhands import RUNNER
-from nemo_polar.server.gateway.harnesses.pi import Pi
-from nemo_polar.server.gateway.harnesses.shell import Shell
+from nemo_polar.harnesses import HARNESSES, Endpoint, Inside, Launch
+from nemo_polar.harnesses.openhands import RUNNER
+from nemo_polar.harnesses.pi import Pi
+from nemo_polar.harnesses.shell import Shell
 
 URL, KEY, MODEL, TASK = "http://127.0.0.1:4321", "sk-session-key", "served-model", "Fix the bug."
 # as a container shows them: the toolchain and our scripts at their mounts, the image's own PATH

@@ -3,8 +3,8 @@ kept), and the harness's own small files from its HOME."""
 
 from __future__ import annotations
 
-from nemo_polar.server.gateway.harnesses import HARNESSES, logs
-from nemo_polar.server.gateway.harnesses.logs import capped, keep_logs
+from nemo_polar.harnesses import HARNESSES, logs
+from nemo_polar.harnesses.logs import capped, keep_logs
 
 
 def test_short_output_is_kept_whole_and_long_output_keeps_its_tail():

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
-from nemo_polar.server.gateway.harnesses.versions import PINS
+from nemo_polar.harnesses.versions import PINS
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 from nemo_polar.traces.export import read_jsonl
@@ -74,7 +74,7 @@ def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tm
 def test_a_failure_of_the_node_in_run_is_masked_not_scored(proxy, tmp_path, monkeypatch):
     """The harness could not even be launched (a bug, a broken install): the node's fault, so the session
     is masked; a reward of 0 would train the policy on an infrastructure failure."""
-    from nemo_polar.server.gateway.harnesses import shell
+    from nemo_polar.harnesses import shell
 
     def broken(self, *args, **kwargs):
         raise OSError("the toolchain is not mounted")

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 
 from nemo_polar.contracts import STORED, HarnessSpec, RuntimeSpec, TaskSpec
 from nemo_polar.errors import UnknownPlugin
+from nemo_polar.harnesses import Endpoint, Inside
 from nemo_polar.plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
-from nemo_polar.server.gateway.harnesses import Endpoint, Inside
-from nemo_polar.server.gateway.runtimes import make_runtime
+from nemo_polar.runtimes import make_runtime
 from nemo_polar.server.gateway.stages import harness_for
 from nemo_polar.traces import build
 
@@ -27,8 +27,8 @@ from pathlib import Path
 from pydantic import Field
 
 from nemo_polar.evaluators.base import Evaluation, Evaluator
-from nemo_polar.server.gateway.harnesses.base import Harness, HarnessSettings, Launch
-from nemo_polar.server.gateway.runtimes.local import LocalRuntime
+from nemo_polar.harnesses.base import Harness, HarnessSettings, Launch
+from nemo_polar.runtimes.local import LocalRuntime
 from nemo_polar.traces.builders import PerRequest
 
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from nemo_polar.contracts import RuntimeSpec
-from nemo_polar.server.gateway.runtimes import make_runtime
+from nemo_polar.runtimes import make_runtime
 
 needs_apptainer = pytest.mark.skipif(
     shutil.which("apptainer") is None, reason="apptainer is not installed: engine tests need it"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.contracts import RuntimeSpec
+from nemo_polar.runtimes import make_runtime
+from nemo_polar.runtimes.apptainer import exec_argv, instance_name, start_argv, stop_argv
+from nemo_polar.runtimes.base import Bind
+from nemo_polar.runtimes.docker import container_kwargs, image_path
 from nemo_polar.server.gateway import toolchain
-from nemo_polar.server.gateway.runtimes import make_runtime
-from nemo_polar.server.gateway.runtimes.apptainer import exec_argv, instance_name, start_argv, stop_argv
-from nemo_polar.server.gateway.runtimes.base import Bind
-from nemo_polar.server.gateway.runtimes.docker import container_kwargs, image_path
 
 PROXY = "http://127.0.0.1:8800"
 ENV = {"PATH": "/opt/miniconda3/envs/testbed/bin:/usr/bin:/bin", "PIP_NO_INDEX": "1"}

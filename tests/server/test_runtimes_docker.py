@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from nemo_polar.contracts import RuntimeSpec
-from nemo_polar.server.gateway.runtimes import TIMEOUT_RC, make_runtime
-from nemo_polar.server.gateway.runtimes.docker import container_name, exec_argv
+from nemo_polar.runtimes import TIMEOUT_RC, make_runtime
+from nemo_polar.runtimes.docker import container_name, exec_argv
 
 IMAGE = "python:3.11-slim"
 

@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from nemo_polar.contracts import RuntimeSpec, TaskSpec
-from nemo_polar.server.gateway.runtimes import LocalRuntime, make_runtime
-from nemo_polar.server.gateway.runtimes.base import inside_url, proxy_address
+from nemo_polar.runtimes import LocalRuntime, make_runtime
+from nemo_polar.runtimes.base import inside_url, proxy_address
 
 
 def test_defaults_are_a_local_sandbox_reaching_only_the_proxy():

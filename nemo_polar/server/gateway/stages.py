@@ -28,17 +28,17 @@ from pathlib import Path
 from ...contracts import DispatchRequest, HarnessSpec, SessionResult, SessionState
 from ...errors import HarnessNotInstalled, SandboxError
 from ...evaluators import EvalContext, Evaluation, make_evaluator
+from ...harnesses import HARNESSES, Endpoint, Harness
+from ...harnesses.install import check_install
+from ...harnesses.logs import keep_logs
 from ...records import Session as ProxySession
 from ...rollup import rollup
+from ...runtimes import TIMEOUT_RC, Runtime, make_runtime
+from ...runtimes.steps import run_steps
 from ...traces import build
 from ...traces.export import write_jsonl
-from .harnesses import HARNESSES, Endpoint, Harness
-from .harnesses.install import check_install
-from .harnesses.logs import keep_logs
 from .pipeline import Job
 from .proxy_surface import ProxySurface
-from .runtimes import TIMEOUT_RC, Runtime, make_runtime
-from .runtimes.steps import run_steps
 
 log = logging.getLogger(__name__)
 EVAL_MIN_S = 60.0  # the evaluation's floor when the session budget is (nearly) spent

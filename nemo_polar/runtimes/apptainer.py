@@ -21,10 +21,10 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ....contracts import RuntimeSpec
-from ....sandbox import ProcessGroups, kill_group, run_group
-from ..inside import forward
+from ..contracts import RuntimeSpec
+from ..sandbox import ProcessGroups, kill_group, run_group
 from .base import CONTAINER_HOME, Bind, ContainerRuntime, remove_tree
+from .inside import forward
 
 START_TIMEOUT_S = 120.0
 

@@ -30,8 +30,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ....contracts import RuntimeSpec
-from ....sandbox import ProcessGroups
+from ..contracts import RuntimeSpec
+from ..sandbox import ProcessGroups
 from .base import ContainerRuntime, remove_tree
 
 # mount the overlay, then become the rest of the command line (bubblewrap)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..toolchain import PYTHON
+from ..runtimes.toolchain import PYTHON
 from .base import Endpoint, Harness, Inside, Launch
 
 

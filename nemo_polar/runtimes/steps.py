@@ -10,8 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ....contracts import Step
-from ....errors import SetupFailed
+from ..contracts import Step
+from ..errors import SetupFailed
 from .base import Runtime
 
 log = logging.getLogger("nemo_polar.gateway")

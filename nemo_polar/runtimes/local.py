@@ -18,8 +18,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from ....sandbox import ProcessGroups, bwrap_argv
-from .. import toolchain
+from ..sandbox import ProcessGroups, bwrap_argv
+from . import toolchain
 from .base import (
     FORWARD_SCRIPT,
     HOST_PYTHON,
@@ -32,7 +32,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ....contracts import RuntimeSpec
+    from ..contracts import RuntimeSpec
 
 log = logging.getLogger("nemo_polar.gateway")
 IN_WORK, IN_HOME = Path("/tmp/polar/work"), Path("/tmp/polar/home")

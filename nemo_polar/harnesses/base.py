@@ -15,7 +15,6 @@ validated when the task is submitted. Options a harness does not know are errors
 from __future__ import annotations
 
 import json
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,9 +23,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
 
-from ....config import Strict
-from ....errors import ConfigError, problems
-from ..toolchain import NODE, SCRIPTS, TOOLS
+from ..config import Strict
+from ..errors import ConfigError, problems
+from ..runtimes.base import Inside
 from .versions import PINS, Pin
 
 
@@ -41,21 +40,6 @@ class Launch:
             path = home / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content)
-
-
-@dataclass(frozen=True)
-class Inside:
-    """Where a session's things are as its commands see them (the runtime's fixed paths)."""
-
-    home: Path
-    work: Path
-    tools: Path = TOOLS  # the harness toolchain (toolchain.py)
-    scripts: Path = SCRIPTS  # our in-sandbox scripts (gateway/inside/)
-    path: str = field(default_factory=lambda: os.environ.get("PATH", "/usr/bin:/bin"))  # the sandbox's own PATH
-
-    def node(self, cli: str) -> list[str]:
-        """A Node.js CLI of the toolchain, started by the toolchain's own node (not the image's)."""
-        return [str(self.tools / NODE), str(self.tools / "node" / "bin" / cli)]
 
 
 @dataclass

@@ -15,7 +15,7 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from ....errors import HarnessNotInstalled
+from ..errors import HarnessNotInstalled
 from . import base
 from .versions import Pin
 

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ....contracts import RuntimeSpec
-from ....sandbox import TIMEOUT_RC
-from ..inside import forward
+from ..contracts import RuntimeSpec
+from ..sandbox import TIMEOUT_RC
 from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, remove_tree
+from .inside import forward
 
 START_TIMEOUT_S = 60.0
 KILL_AFTER_S = 2

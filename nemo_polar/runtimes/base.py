@@ -11,17 +11,16 @@ import shutil
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 from urllib.parse import urlsplit, urlunsplit
 
-from .. import toolchain
-from ..harnesses.base import Inside
-from ..inside import forward
+from . import toolchain
+from .inside import forward
 
 if TYPE_CHECKING:
-    from ....contracts import RuntimeSpec
+    from ..contracts import RuntimeSpec
 
 FORWARD_SCRIPT = Path(forward.__file__)
 # where docker, apptainer and image mount the session's folders (the local runtime: see local.py), the
@@ -32,6 +31,21 @@ IN_SOCKET_DIR, IN_FORWARD = "/polar/proxy", f"/polar/scripts/{FORWARD_SCRIPT.nam
 HOST_PYTHON = sys.executable
 # the PATH of an image that names none (a root filesystem folder), as Debian's login shells set it
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Inside:
+    """Where a session's things are as its commands see them (the runtime's fixed paths)."""
+
+    home: Path
+    work: Path
+    tools: Path = toolchain.TOOLS  # the harness toolchain (toolchain.py)
+    scripts: Path = toolchain.SCRIPTS  # our in-sandbox scripts (inside/)
+    path: str = field(default_factory=lambda: os.environ.get("PATH", "/usr/bin:/bin"))  # the sandbox's own PATH
+
+    def node(self, cli: str) -> list[str]:
+        """A Node.js CLI of the toolchain, started by the toolchain's own node (not the image's)."""
+        return [str(self.tools / toolchain.NODE), str(self.tools / "node" / "bin" / cli)]
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ ours runs in its own venv (.deps/openhands, made by `scripts/setup.sh openhands`
 
 from __future__ import annotations
 
-from ..toolchain import OPENHANDS_PYTHON, SCRIPTS
+from ..runtimes.toolchain import OPENHANDS_PYTHON, SCRIPTS
 from .base import Endpoint, Harness, Inside, Launch
 
 RUNNER = SCRIPTS / "openhands_runner.py"  # run from the in-sandbox scripts folder

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ....contracts import RuntimeSpec
-from ....plugins import RUNTIMES
-from ....sandbox import TIMEOUT_RC
+from ..contracts import RuntimeSpec
+from ..plugins import RUNTIMES
+from ..sandbox import TIMEOUT_RC
 from .base import Runtime
 from .local import LocalRuntime
 
