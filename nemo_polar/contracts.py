@@ -2,68 +2,34 @@
 results, nodes. The layer every part shares (beside `records`): it imports no server.
 
 A task is one prompt of the dataset run `num_samples` times (a GRPO group). Each run is a
-session, which moves through these states; the last four are terminal and final:
+session, which moves through the states of `states.py`.
 
-    registered -> initializing -> ready -> running -> post_run -> building -> evaluating
-               -> completed | error | timeout | cancelled
-
-A task names its plug-ins (harness, runtime, builder, evaluator) from `nemo_polar.plugins`. Names are
-checked when a spec is validated, and the harness's settings and the evaluator's config are validated
-by the plug-in's own model, so a typo is refused when the task is submitted (400, naming the known
-ones), never on a node after its sandbox was built. Specs read back from a store were checked when
-they were submitted: validated with `STORED` as context, their plug-ins are not loaded again.
+A task names its plug-ins (harness, runtime, builder, evaluator) from their rooms' registries. Names
+are checked when a spec is validated, and each plug-in's options (the harness's settings, the runtime
+kind's, the evaluator's config) by its own `Settings` model, so a typo is refused when the task is
+submitted (400, naming the known ones), never on a node after its sandbox was built. Specs read back
+from a store were checked when they were submitted: validated with `STORED` as context, their
+plug-ins are not loaded again.
 """
 
 from __future__ import annotations
 
-import re
-from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
-from pydantic_core import InitErrorDetails
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .config import Strict
-from .plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
+from .evaluators import EVALUATORS
+from .harnesses import HARNESSES
+from .runtimes import RuntimeSpec
+from .states import SessionState
+from .traces import BUILDERS
 
 STORED = {"stored": True}  # validation context for specs read back from a store
 
 
 def _stored(info: ValidationInfo) -> bool:
     return bool(info.context and info.context.get("stored"))
-
-
-def _validated_by(model: type[BaseModel], data: Any, title: str, *loc: str) -> None:
-    """`data` checked by a plug-in's own model; its errors keep their paths (`harness.dialect`, ...)."""
-    try:
-        model.model_validate(data)
-    except ValidationError as exc:
-        details = [
-            InitErrorDetails(type=e["type"], loc=(*loc, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
-            for e in exc.errors()
-        ]
-        raise ValidationError.from_exception_data(title, details) from None
-
-
-class SessionState(StrEnum):
-    REGISTERED = "registered"
-    INITIALIZING = "initializing"
-    READY = "ready"
-    RUNNING = "running"
-    POST_RUN = "post_run"
-    BUILDING = "building"
-    EVALUATING = "evaluating"
-    COMPLETED = "completed"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL
-
-
-TERMINAL = frozenset({SessionState.COMPLETED, SessionState.ERROR, SessionState.TIMEOUT, SessionState.CANCELLED})
 
 
 class HarnessSpec(BaseModel):
@@ -73,7 +39,7 @@ class HarnessSpec(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str = Field(description="a registered harness (nemo_polar.plugins.HARNESSES) or 'package.module:Class'")
+    name: str = Field(description="a registered harness (nemo_polar.harnesses.HARNESSES) or 'package.module:Class'")
     max_steps: int = Field(20, ge=1)
 
     @field_validator("name")
@@ -89,147 +55,13 @@ class HarnessSpec(BaseModel):
     @model_validator(mode="after")
     def _settings_fit(self, info: ValidationInfo) -> HarnessSpec:
         if not _stored(info):
-            _validated_by(HARNESSES[self.name].Settings, self.options, "HarnessSpec")
+            HARNESSES.validate(self.name, self.options)
         return self
-
-
-IMAGE_KINDS = ("docker", "apptainer", "image")  # the built-in kinds whose commands see an image, not this machine
-RESERVED = "/polar"  # where the runtimes mount the session's folders, the toolchain and our scripts
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class Step(Strict):
-    """One set-up command, run with `sh -c` in the working directory: `prepare` steps before the agent,
-    `eval_prepare` steps before grading. A step that fails (non-zero, or past its timeout) is tried
-    again `retries` times, `backoff_s` apart (doubling); after the last try the session is masked."""
-
-    command: str = Field(min_length=1, description="run with sh -c in the working directory")
-    timeout_s: float = Field(600.0, gt=0, description="each try")
-    retries: int = Field(0, ge=0, le=10, description="more tries after a failed one")
-    backoff_s: float = Field(2.0, ge=0, description="before the first retry; doubled for each next one")
-    env: dict[str, str] = Field(default_factory=dict, description="over the runtime's env, for this step")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, data: Any) -> Any:
-        return {"command": data} if isinstance(data, str) else data
-
-
-class RuntimeSpec(Strict):
-    kind: str = Field("local", description="local, docker, apptainer, image, or 'package.module:Class'")
-    image: str | None = Field(
-        None,
-        description="docker: an image name; apptainer: a .sif file or URI (docker://...); image: a root "
-        "filesystem folder, or several joined by ':' (the first on top)",
-    )
-    repo: str | None = Field(None, description="a folder copied as the session's working copy")
-    workdir: str | None = Field(
-        None,
-        description="docker/apptainer/image: where the agent works, e.g. /testbed: the image's own folder, or "
-        "`repo` copied there (default /polar/work)",
-    )
-    env: dict[str, str] = Field(
-        default_factory=dict,
-        description="every command's environment (set-up steps, the harness, grading): e.g. PATH of the image's "
-        "own Python; the harness's own variables win",
-    )
-    volumes: list[str] = Field(
-        default_factory=list,
-        description="docker/apptainer/image: more binds, HOST:INSIDE[:ro|rw] (read-only by default)",
-    )
-    prepare: list[Step] = Field(default_factory=list, description="set-up steps before the agent, in order")
-    eval_prepare: list[Step] | None = Field(
-        None, description="set-up steps of the fresh sandbox that grades the patch (null: the same as prepare)"
-    )
-    sandbox: bool = Field(True, description="local: bubblewrap where present (read-only host, private /tmp)")
-    network: Literal["proxy", "none", "host"] = Field(
-        "proxy", description="proxy: nothing but the proxy is reachable; none: nothing; host: no isolation"
-    )
-    cpus: float | None = Field(None, gt=0, description="docker/apptainer: CPU limit")
-    memory: str | None = Field(
-        None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="docker/apptainer: memory limit, e.g. 2g or 512m"
-    )
-    gpus: int = Field(0, ge=0, description="docker: that many GPUs (device requests); apptainer: --nv when > 0")
-
-    @field_validator("kind")
-    @classmethod
-    def _known(cls, kind: str) -> str:
-        return RUNTIMES.check(kind)
-
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, workdir: str | None) -> str | None:
-        if workdir is not None:
-            _inside_path(workdir, "runtime.workdir")
-        return workdir
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        for name in env:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"runtime.env: {name!r} is not a variable name")
-            if name == "HOME":
-                raise ValueError("runtime.env: HOME is the session's own (the harness's HOME)")
-        return env
-
-    @field_validator("volumes")
-    @classmethod
-    def _volumes(cls, volumes: list[str]) -> list[str]:
-        for volume in volumes:
-            parse_volume(volume)
-        return volumes
-
-    @property
-    def binds(self) -> list[tuple[str, str, bool]]:
-        """`volumes` as (host, inside, writable)."""
-        return [parse_volume(v) for v in self.volumes]
-
-    @model_validator(mode="after")
-    def _fits_kind(self) -> RuntimeSpec:
-        """The built-in kinds' rules; a runtime of your own reads the fields it understands."""
-        if self.kind in IMAGE_KINDS and not self.image:
-            raise ValueError(f"runtime.image is required for kind {self.kind!r}")
-        if self.kind == "local":
-            if self.image:
-                raise ValueError("runtime.image needs kind docker, apptainer or image (local runs on this machine)")
-            for key in ("workdir", "volumes", "cpus", "memory", "gpus"):
-                if getattr(self, key):
-                    raise ValueError(
-                        f"runtime.{key} needs kind docker, apptainer or image (local works in a copy on this machine)"
-                    )
-        elif self.kind in IMAGE_KINDS and not self.sandbox:
-            raise ValueError(f"runtime.sandbox=false only applies to kind local, not {self.kind!r}")
-        if self.kind == "image":
-            for key in ("cpus", "memory", "gpus"):
-                if getattr(self, key):
-                    raise ValueError(f"runtime.{key} needs kind docker or apptainer (image has no resource limits)")
-            if not all(layer.startswith("/") for layer in self.image.split(":")):
-                raise ValueError("runtime.image for kind image: absolute folders joined by ':'")
-        return self
-
-
-def _inside_path(path: str, what: str) -> None:
-    if not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
-        raise ValueError(f"{what}: {path!r} must be an absolute path inside, not / and without ..")
-    if path.rstrip("/") == RESERVED or path.startswith(RESERVED + "/"):
-        raise ValueError(f"{what}: {path!r} is under {RESERVED}, where the runtimes mount their own folders")
-
-
-def parse_volume(volume: str) -> tuple[str, str, bool]:
-    """`HOST:INSIDE[:ro|rw]` as (host, inside, writable); read-only unless `:rw`."""
-    parts = volume.split(":")
-    if len(parts) == 2:
-        parts.append("ro")
-    if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[0].startswith("/"):
-        raise ValueError(f"runtime.volumes: {volume!r} is not HOST:INSIDE[:ro|rw] with absolute paths")
-    _inside_path(parts[1], "runtime.volumes")
-    return parts[0], parts[1], parts[2] == "rw"
 
 
 class EvaluatorSpec(Strict):
     kind: str = Field("session_completed", description="a registered evaluator or 'package.module:Class'")
-    config: dict[str, Any] = Field(default_factory=dict, description="the evaluator's own `Config`")
+    config: dict[str, Any] = Field(default_factory=dict, description="the evaluator's own `Settings`")
 
     @field_validator("kind")
     @classmethod
@@ -239,7 +71,7 @@ class EvaluatorSpec(Strict):
     @model_validator(mode="after")
     def _config_fits(self, info: ValidationInfo) -> EvaluatorSpec:
         if not _stored(info):
-            _validated_by(EVALUATORS[self.kind].Config, self.config, "EvaluatorSpec", "config")
+            EVALUATORS.validate(self.kind, self.config, "config")
         return self
 
 

@@ -1,14 +1,18 @@
-"""The one plug-in pattern: harnesses, runtimes, trace builders and evaluators, each a registry from
-name to class.
+"""The one plug-in pattern, for harnesses, runtimes, trace builders and evaluators.
 
-A task names its plug-ins (`harness.name`, `runtime.kind`, `builder`, `evaluator.kind`) by a name in
-the tables below or as `"package.module:Class"` for a class of your own (a subclass of the kind's
-base). Classes load on first use, so an optional extra (docker, swebench) costs nothing until a task
-asks for it. The tables are strings only: `contracts` checks names against them without importing a
-single plug-in, so a typo is refused when the task is submitted, with the known names listed.
+Each kind is a room of its own at the top of the package (`harnesses/`, `runtimes/`, `evaluators/`,
+`traces/`) with its base class (a `Plugin`), its built-ins, and its registry: a table from name to
+`"module:Class"`, declared in the room's `__init__.py`. This module is below them all and imports none.
 
-Adding a built-in: its module and one line in its table here (a harness also has its version pin in
-`server/gateway/harnesses/versions.py`), plus its tests and docs.
+A task names a plug-in by a registered name or as `"package.module:Class"` (a subclass of the kind's
+base, from a module of the user's own). The plug-in's options are validated by its own `Settings`
+model when the task is submitted (`Registry.validate`, with the option's path in every error), and
+every kind is made the same way on a node:
+
+    REGISTRY.make(name, options, **context)  ->  cls.make(cls.parse_settings(options), **context)
+
+Classes load on first use, so an optional extra (docker, swebench) costs nothing until a task asks
+for it; a name is checked without importing anything (`Registry.check`).
 """
 
 from __future__ import annotations
@@ -16,28 +20,61 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from .errors import UnknownPlugin
+from pydantic import ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-if TYPE_CHECKING:  # the bases, for types only: loading them is the registries' job
-    from .evaluators.base import Evaluator
-    from .harnesses.base import Harness
-    from .runtimes.base import Runtime
-    from .traces.builders import Builder
-
-T = TypeVar("T")
+from .config import Strict
+from .errors import ConfigError, UnknownPlugin, problems
 
 
-class Registry(Mapping[str, type[T]], Generic[T]):
+class Plugin:
+    """What every plug-in shares: a `Settings` model for its own options (unknown keys are errors),
+    validated at submit, and `make`, how a node builds one from its settings and the node's context."""
+
+    kind: ClassVar[str] = "plug-in"  # "harness", "runtime", ... (set by each kind's base)
+    name: ClassVar[str] = "base"
+
+    class Settings(Strict):
+        pass
+
+    def __init__(self, settings: Any = None, **options: Any) -> None:
+        """`Plugin(settings)`, its options as a dict, or as keywords: `Pi(dialect="anthropic")`."""
+        if isinstance(settings, Mapping) or settings is None:
+            settings = self.parse_settings({**(settings or {}), **options})
+        elif not isinstance(settings, self.Settings):
+            raise TypeError(f"{type(self).__name__} takes its {self.Settings.__name__}, not {settings!r}")
+        self.settings = settings
+
+    @classmethod
+    def parse_settings(cls, options: Mapping[str, Any] | None) -> Any:
+        """`options` as this plug-in's `Settings`; a `ConfigError` naming the plug-in and each wrong key."""
+        try:
+            return cls.Settings.model_validate(dict(options or {}))
+        except ValidationError as exc:
+            bad = "; ".join(problems(exc, whole=cls.kind, prefix=f"{cls.kind}."))
+            raise ConfigError(f"{cls.kind} {cls.name!r}: {bad}") from None
+
+    @classmethod
+    def make(cls, settings: Any, **context: Any) -> Self:
+        """One plug-in from its validated settings; a kind whose plug-ins need the node's context
+        (a runtime: the session's folder, the proxy) takes it as keywords."""
+        return cls(settings, **context)  # type: ignore[call-arg]
+
+
+P = TypeVar("P", bound=Plugin)
+
+
+class Registry(Mapping[str, type[P]], Generic[P]):
     """Name -> class for one kind of plug-in; `registry[name]` loads (and caches) the class, and also
     takes `"package.module:Class"`. Iterating gives the built-in names."""
 
-    def __init__(self, kind: str, base: str, builtins: dict[str, str]):
+    def __init__(self, kind: str, base: type[P], builtins: dict[str, str]):
         self.kind = kind  # "harness", ...
-        self._base = base  # "module:Class", loaded with the first plug-in
+        self.base = base
         self._builtins = builtins
-        self._loaded: dict[str, type[T]] = {}
+        self._loaded: dict[str, type[P]] = {}
         self._lock = threading.Lock()
 
     def check(self, name: str) -> str:
@@ -49,7 +86,36 @@ class Registry(Mapping[str, type[T]], Generic[T]):
             "or name your own class as 'package.module:Class'"
         )
 
-    def __getitem__(self, name: str) -> type[T]:
+    def validate(self, name: str, options: Mapping[str, Any], *loc: str | int) -> Any:
+        """`options` checked by the plug-in's own `Settings`, for a spec's validator: a `ValidationError`
+        whose paths start at `loc` (`runtime.image`, `harness.dialect`), an unknown key naming the
+        plug-in's settings."""
+        cls = self[name]
+        try:
+            return cls.Settings.model_validate(dict(options))
+        except ValidationError as exc:
+            known = ", ".join(cls.Settings.model_fields) or "none"
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "extra_forbidden", f"not a setting of {self.kind} {name!r} (its settings: {known})"
+                    )
+                    if e["type"] == "extra_forbidden"
+                    else e["type"],
+                    loc=(*loc, *e["loc"]),
+                    input=e["input"],
+                    ctx=e.get("ctx", {}),
+                )
+                for e in exc.errors()
+            ]
+            raise ValidationError.from_exception_data(f"{self.kind} {name}", details) from None
+
+    def make(self, name: str, options: Mapping[str, Any] | None = None, **context: Any) -> P:
+        """The plug-in `name` built from its options (validated again: this node's version may differ)."""
+        cls = self[name]
+        return cls.make(cls.parse_settings(options), **context)
+
+    def __getitem__(self, name: str) -> type[P]:
         cls = self._loaded.get(name)
         if cls is None:
             cls = self._load(name)
@@ -66,15 +132,14 @@ class Registry(Mapping[str, type[T]], Generic[T]):
     def __len__(self) -> int:
         return len(self._builtins)
 
-    def _load(self, name: str) -> type[T]:
+    def _load(self, name: str) -> type[P]:
         where = self._builtins.get(name) or self.check(name)
-        base = _import(self._base)
         try:
             cls = _import(where)
         except (ImportError, AttributeError, ValueError) as exc:
             raise UnknownPlugin(f"cannot load {self.kind} {name!r} ({where}): {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, base)):
-            raise UnknownPlugin(f"{self.kind} {where} is not a {base.__name__}")
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise UnknownPlugin(f"{self.kind} {where} is not a {self.base.__name__}")
         return cls
 
 
@@ -88,52 +153,4 @@ def _import(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-_HARNESSES = "nemo_polar.harnesses"
-HARNESSES: Registry[Harness] = Registry(
-    "harness",
-    f"{_HARNESSES}.base:Harness",
-    {
-        "codex": f"{_HARNESSES}.codex:Codex",
-        "claude_code": f"{_HARNESSES}.claude_code:ClaudeCode",
-        "qwen_code": f"{_HARNESSES}.qwen_code:QwenCode",
-        "gemini_cli": f"{_HARNESSES}.gemini_cli:GeminiCli",
-        "pi": f"{_HARNESSES}.pi:Pi",
-        "mini_swe_agent": f"{_HARNESSES}.mini_swe_agent:MiniSweAgent",
-        "openhands": f"{_HARNESSES}.openhands:OpenHands",
-        "shell": f"{_HARNESSES}.shell:Shell",
-    },
-)
-
-_RUNTIMES = "nemo_polar.runtimes"
-RUNTIMES: Registry[Runtime] = Registry(
-    "runtime",
-    f"{_RUNTIMES}.base:Runtime",
-    {
-        "local": f"{_RUNTIMES}.local:LocalRuntime",
-        "docker": f"{_RUNTIMES}.docker:DockerRuntime",  # the `docker` extra
-        "apptainer": f"{_RUNTIMES}.apptainer:ApptainerRuntime",
-        "image": f"{_RUNTIMES}.image:ImageRuntime",  # a root filesystem folder under bubblewrap
-    },
-)
-
-BUILDERS: Registry[Builder] = Registry(
-    "builder",
-    "nemo_polar.traces.builders:Builder",
-    {
-        "per_request": "nemo_polar.traces.builders:PerRequest",
-        "prefix_tree": "nemo_polar.traces.builders:PrefixTree",
-    },
-)
-
-EVALUATORS: Registry[Evaluator] = Registry(
-    "evaluator",
-    "nemo_polar.evaluators.base:Evaluator",
-    {
-        "session_completed": "nemo_polar.evaluators.session_completed:SessionCompleted",
-        "tests": "nemo_polar.evaluators.tests:TestsEvaluator",
-        "swebench": "nemo_polar.evaluators.swebench:SwebenchEvaluator",  # the `swebench` extra
-        "answer": "nemo_polar.evaluators.answer:AnswerMatches",
-    },
-)
-
-__all__ = ["BUILDERS", "EVALUATORS", "HARNESSES", "RUNTIMES", "Registry"]
+__all__ = ["Plugin", "Registry"]

@@ -28,10 +28,11 @@ from typing import Any
 
 from aiohttp import web
 
-from ..contracts import NodeCapacity, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ..contracts import NodeCapacity, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ..errors import ControlError
 from ..server.client import Retry, RolloutAPI
 from ..serving import free_port
+from ..states import SessionState
 
 TOKEN = "bench-token"
 PATIENT = Retry(attempts=20, first_s=0.1, max_s=2.0)  # a simulated node keeps trying, as a real one does

@@ -25,9 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..contracts import HarnessSpec, SessionResult, SessionState, TaskSpec, Timing
+from ..contracts import HarnessSpec, SessionResult, TaskSpec, Timing
 from ..local.vllm_server import TINY_MODEL
 from ..records import CompletionRecord, Session, UpstreamInfo
+from ..states import SessionState
 from ..store import SqliteStore
 from ..traces import build
 

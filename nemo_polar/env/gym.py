@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..contracts import SessionState, TaskSpec
+from ..contracts import TaskSpec
 from ..errors import ControlError
 from ..server.client import RolloutAPI
+from ..states import SessionState
 from ..traces.export import gym_masked_response, gym_output_items, gym_response, read_jsonl
 from ..traces.models import Trace
 

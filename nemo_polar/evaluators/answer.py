@@ -18,7 +18,7 @@ from .base import EvalContext, Evaluation, Evaluator
 class AnswerMatches(Evaluator):
     name = "answer"
 
-    class Config(Strict):
+    class Settings(Strict):
         file: str = Field("answer.txt", description="the agent's answer, in its working copy")
         pattern: str = Field(description="a regular expression the answer must contain")
 
@@ -29,7 +29,7 @@ class AnswerMatches(Evaluator):
             return value
 
     async def evaluate(self, ctx: EvalContext) -> Evaluation:
-        path = ctx.work / self.config.file
+        path = ctx.work / self.settings.file
         text = path.read_text(errors="replace") if path.is_file() else None
-        reward = float(text is not None and re.search(self.config.pattern, text) is not None)
+        reward = float(text is not None and re.search(self.settings.pattern, text) is not None)
         return Evaluation(reward=reward, components={"answer": reward}, details={"answer": (text or "")[:200]})

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from ..config import Strict
-from ..contracts import SessionState
-from ..errors import ConfigError, problems
+from ..plugins import Plugin
 from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, run_group
+from ..states import SessionState
 
 REL_TOL = 1e-6  # components vs reward (NeMo-RL checks the same sum at 1e-5)
 
@@ -89,23 +88,10 @@ class Evaluation(BaseModel):
         return cls(infrastructure_error=message, details=details)
 
 
-class Evaluator:
-    """Base of the evaluators. `Config` validates `EvalContext.config` (unknown keys are errors)."""
+class Evaluator(Plugin):
+    """Base of the evaluators: `Settings` validates the task's `evaluator.config` (unknown keys are errors)."""
 
-    name = "base"
-
-    class Config(Strict):
-        pass
-
-    def __init__(self, config: dict[str, Any] | None = None) -> None:
-        self.config = self.parse_config(config or {})
-
-    @classmethod
-    def parse_config(cls, config: dict[str, Any]) -> Any:
-        try:
-            return cls.Config.model_validate(config)
-        except ValidationError as exc:
-            raise ConfigError(f"evaluator {cls.name!r} config: " + "; ".join(problems(exc, whole="config"))) from exc
+    kind = "evaluator"
 
     async def prewarm(self, ctx: EvalContext) -> None:
         """Prepare what `evaluate` needs while the agent still runs (optional); it must be safe for

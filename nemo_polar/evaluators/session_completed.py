@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..contracts import SessionState
+from ..states import SessionState
 from .base import EvalContext, Evaluation, Evaluator
 
 

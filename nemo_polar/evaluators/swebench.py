@@ -55,7 +55,7 @@ class SwebenchConfig(TestsConfig):
 
 class SwebenchEvaluator(TestsEvaluator):
     name = "swebench"
-    Config = SwebenchConfig
+    Settings = SwebenchConfig
 
     async def prewarm(self, ctx: EvalContext) -> None:
         row = EvalRow.parse(ctx.fields)
@@ -71,8 +71,8 @@ class SwebenchEvaluator(TestsEvaluator):
             return await (self._evaluate_script_inside(ctx, row) if _has_script(row) else super().evaluate(ctx))
         if await self._use_docker(row):
             return await self._evaluate_docker(ctx, row)
-        if self.config.mode == "docker":
-            return Evaluation.infra(f"mode docker: no engine answers to `{self.config.docker} version`")
+        if self.settings.mode == "docker":
+            return Evaluation.infra(f"mode docker: no engine answers to `{self.settings.docker} version`")
         return await super().evaluate(ctx)
 
     async def grade(self, ctx: EvalContext, row: EvalRow, done: Completed, details: dict[str, Any]) -> Evaluation:
@@ -107,7 +107,7 @@ class SwebenchEvaluator(TestsEvaluator):
         from swebench.types import TestSpec
 
         extra = row.model_extra or {}
-        parser = self.config.log_parser or extra.get("log_parser") or "parse_log_pytest"
+        parser = self.settings.log_parser or extra.get("log_parser") or "parse_log_pytest"
         if extra.get("image") and extra.get("eval_script"):
             from swebench.harness.utils import make_test_spec
 
@@ -133,7 +133,7 @@ class SwebenchEvaluator(TestsEvaluator):
             if ctx.fresh is None:
                 raise GitError("the session ran in an image but no fresh sandbox can be made for grading")
             details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "mode": "image"}
-            if not patch.strip() and not self.config.run_empty:
+            if not patch.strip() and not self.settings.run_empty:
                 return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
             box = await ctx.fresh()
         except (GitError, OSError) as exc:
@@ -141,10 +141,10 @@ class SwebenchEvaluator(TestsEvaluator):
         patch_in = hand_in(box, "agent.diff", patch)
         script_in = hand_in(box, "eval.sh", self.test_spec(row).eval_script)
         argv = ["/bin/bash", "-c", apply_then(box.inside_work, patch_in, script_in)]
-        budget = max(1.0, min(self.config.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
-        rc, out, err = await box.exec(argv, self.config.env, budget)
+        budget = max(1.0, min(self.settings.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
+        rc, out, err = await box.exec(argv, self.settings.env, budget)
         details |= {"test_rc": rc, "test_timed_out": rc == TIMEOUT_RC, "log_tail": (out + err)[-4000:]}
-        if rc == TIMEOUT_RC and self.config.timeout_is_infrastructure:
+        if rc == TIMEOUT_RC and self.settings.timeout_is_infrastructure:
             return Evaluation.infra("the test run timed out", **details)
         return self._report(ctx, row, out + err, details)
 
@@ -152,32 +152,43 @@ class SwebenchEvaluator(TestsEvaluator):
 
     async def _use_docker(self, row: EvalRow) -> bool:
         extra = row.model_extra or {}
-        if self.config.mode == "local" or not (extra.get("image") and extra.get("eval_script")):
+        if self.settings.mode == "local" or not (extra.get("image") and extra.get("eval_script")):
             return False
-        return await engine_answers(self.config.docker)
+        return await engine_answers(self.settings.docker)
 
     def docker_argv(self, row: EvalRow, patch_file: Path, eval_file: Path) -> list[str]:
         """One `docker run` of the instance image: apply the patch like SWE-bench, then its eval script."""
         spec = self.test_spec(row)
         script = apply_then("/testbed", CONTAINER_PATCH, "/eval.sh")
         mounts = ["-v", f"{patch_file}:{CONTAINER_PATCH}:ro", "-v", f"{eval_file}:/eval.sh:ro"]
-        return [self.config.docker, "run", "--rm", "--network", "none", *mounts, spec.image, "/bin/bash", "-c", script]
+        return [
+            self.settings.docker,
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            *mounts,
+            spec.image,
+            "/bin/bash",
+            "-c",
+            script,
+        ]
 
     async def _evaluate_docker(self, ctx: EvalContext, row: EvalRow) -> Evaluation:
         ctx.scratch.mkdir(parents=True, exist_ok=True)
         patch = ctx.patch if ctx.patch is not None else await self._extract(ctx, row)
         details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "mode": "docker"}
-        if not patch.strip() and not self.config.run_empty:
+        if not patch.strip() and not self.settings.run_empty:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
         patch_file, eval_file = ctx.scratch / "patch.diff", ctx.scratch / "eval.sh"
         patch_file.write_text(patch)
         eval_file.write_text(self.test_spec(row).eval_script)
         argv = self.docker_argv(row, patch_file, eval_file)
-        done = await run(argv, ctx.scratch, None, min(self.config.timeout_s, ctx.timeout_s))
+        done = await run(argv, ctx.scratch, None, min(self.settings.timeout_s, ctx.timeout_s))
         details |= {"command": shlex.join(argv), "test_rc": done.rc, "log_tail": (done.out + done.err)[-4000:]}
         if done.rc is None or done.rc == 125:  # 125: docker itself failed (no image, no daemon)
             return Evaluation.infra(f"docker run failed: {done.error or done.err.strip()[-500:]}", **details)
-        if done.timed_out and self.config.timeout_is_infrastructure:
+        if done.timed_out and self.settings.timeout_is_infrastructure:
             return Evaluation.infra("the test run timed out", **details)
         return self._report(ctx, row, done.out + done.err, details)
 

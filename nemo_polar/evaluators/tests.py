@@ -57,7 +57,7 @@ class TestsConfig(Strict):
 class TestsEvaluator(Evaluator):
     __test__ = False
     name = "tests"
-    Config = TestsConfig
+    Settings = TestsConfig
 
     async def prewarm(self, ctx: EvalContext) -> None:
         row = EvalRow.parse(ctx.fields)
@@ -74,7 +74,7 @@ class TestsEvaluator(Evaluator):
         except (GitError, OSError) as exc:
             return Evaluation.infra(str(exc))
         details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "test_files": prepared["test_files"]}
-        if not patch.strip() and not self.config.run_empty:
+        if not patch.strip() and not self.settings.run_empty:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
         try:
             applied, why = await apply_patch(patch, self.eval_dir(ctx), exclude=prepared["test_files"])
@@ -82,10 +82,10 @@ class TestsEvaluator(Evaluator):
             return Evaluation.infra(str(exc), **details)
         if not applied:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"apply_error": why})
-        budget = max(1.0, min(self.config.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
+        budget = max(1.0, min(self.settings.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
         env, where = self.env(ctx), self.eval_dir(ctx)
         done = await run(
-            self.command(row), where, env, budget, sandbox=self.config.sandbox, writable=[where, Path(env["HOME"])]
+            self.command(row), where, env, budget, sandbox=self.settings.sandbox, writable=[where, Path(env["HOME"])]
         )
         details |= {
             "sandboxed": done.extra.get("sandboxed", False),
@@ -107,7 +107,7 @@ class TestsEvaluator(Evaluator):
             return Evaluation.infra(str(exc))
         details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "test_files": prepared["test_files"]}
         details["in_image"] = True
-        if not patch.strip() and not self.config.run_empty:
+        if not patch.strip() and not self.settings.run_empty:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
         try:
             applied, why = await apply_inside(box, patch, "agent.diff", exclude=prepared["test_files"])
@@ -115,8 +115,8 @@ class TestsEvaluator(Evaluator):
             return Evaluation.infra(str(exc), **details)
         if not applied:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"apply_error": why})
-        budget = max(1.0, min(self.config.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
-        done = await run_inside(box, self.command(row, python="python3"), self.config.env | _INSIDE_ENV, budget)
+        budget = max(1.0, min(self.settings.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
+        done = await run_inside(box, self.command(row, python="python3"), self.settings.env | _INSIDE_ENV, budget)
         details |= {"test_rc": done.rc, "test_timed_out": done.timed_out, "log_tail": (done.out + done.err)[-4000:]}
         if (problem := self.cannot_run(done)) is not None:
             return Evaluation.infra(problem, **details)
@@ -124,7 +124,7 @@ class TestsEvaluator(Evaluator):
 
     async def extract_inside(self, ctx: EvalContext, row: EvalRow) -> str:
         assert ctx.sandbox is not None
-        return (await extract_inside(ctx.sandbox, row.base_commit, self.config.exclude)).patch
+        return (await extract_inside(ctx.sandbox, row.base_commit, self.settings.exclude)).patch
 
     async def prepare_inside(self, ctx: EvalContext, row: EvalRow) -> tuple[Sandbox, dict[str, Any]]:
         """The fresh sandbox with the hidden tests in; done once per session (the scratch marker)."""
@@ -170,12 +170,12 @@ class TestsEvaluator(Evaluator):
 
     async def _extract(self, ctx: EvalContext, row: EvalRow) -> str:
         repo = ctx.repo or (Path(row.repo_path) if row.repo_path else None)
-        extracted = await extract_patch(ctx.work, ctx.scratch, repo, row.base_commit, self.config.exclude, ctx.home)
+        extracted = await extract_patch(ctx.work, ctx.scratch, repo, row.base_commit, self.settings.exclude, ctx.home)
         return extracted.patch
 
     def command(self, row: EvalRow, python: str = sys.executable) -> list[str]:
         ids = row.tests
-        custom = self.config.test_command or row.test_cmd
+        custom = self.settings.test_command or row.test_cmd
         if custom is None:
             return [python, "-m", "pytest", "-rA", "-q", "--no-header", "-p", "no:cacheprovider", *ids]
         if isinstance(custom, str):
@@ -196,14 +196,14 @@ class TestsEvaluator(Evaluator):
             "PYTHONHASHSEED": "0",
             "COLUMNS": "400",  # pytest fits summary lines to the width: keep ids whole
         }
-        return base | self.config.env
+        return base | self.settings.env
 
     def cannot_run(self, done: Completed) -> str | None:
         """An infrastructure reason when the test command itself did not run, else None."""
         if done.rc is None:
             return f"the test command could not start: {done.error}"
         if done.timed_out:
-            return "the test run timed out" if self.config.timeout_is_infrastructure else None
+            return "the test run timed out" if self.settings.timeout_is_infrastructure else None
         if done.rc in CANNOT_START_RC:
             return f"the test command could not start (rc {done.rc}): {done.err.strip()[-500:]}"
         if "No module named pytest" in done.err:

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from ..config import Strict
-from ..errors import ConfigError, problems
+from ..plugins import Plugin
 from ..runtimes.base import Inside
 from .versions import PINS, Pin
 
@@ -61,27 +60,13 @@ class HarnessSettings(Strict):
     )
 
 
-class Harness(ABC):
-    name: str
+class Harness(Plugin, ABC):
+    kind = "harness"
     dialects: tuple[str, ...]  # the API dialects it speaks
     # the harness's own logs and transcripts, as globs under its HOME: kept with the session's logs
     log_files: tuple[str, ...] = ()
-    Settings: ClassVar[type[HarnessSettings]] = HarnessSettings
-
-    def __init__(self, settings: HarnessSettings | None = None, **options: Any) -> None:
-        """`Harness(settings)` or `Harness(**options)`, e.g. `Pi(dialect="anthropic")`."""
-        if settings is not None and not isinstance(settings, self.Settings):
-            raise TypeError(f"{type(self).__name__} takes its {self.Settings.__name__}, not {settings!r}")
-        self.settings = settings if settings is not None else self.parse_settings(options)
-
-    @classmethod
-    def parse_settings(cls, options: Mapping[str, Any]) -> HarnessSettings:
-        """The harness's options, validated; a ConfigError names the harness and each bad key."""
-        try:
-            return cls.Settings.model_validate(dict(options))
-        except ValidationError as exc:
-            bad = "; ".join(problems(exc, whole="harness", prefix="harness."))
-            raise ConfigError(f"harness {cls.name!r}: {bad}") from None
+    Settings: ClassVar[type[HarnessSettings]] = HarnessSettings  # type: ignore[assignment]
+    settings: HarnessSettings
 
     @property
     def pin(self) -> Pin | None:

@@ -108,9 +108,9 @@ def _agent(cfg: dict) -> Iterator[tuple[str, str]]:
     if agent.backend.engine != "nemo_rl":
         yield f"{POLAR_AGENT_PATH}.backend.engine", "must be nemo_rl: the proxy talks to NeMo-RL's vLLM server"
     try:
-        from ..evaluators import evaluator_class
+        from ..evaluators import EVALUATORS
 
-        evaluator_class(agent.evaluator.kind).parse_config(agent.evaluator.config)
+        EVALUATORS[agent.evaluator.kind].parse_settings(agent.evaluator.config)
     except ConfigError as exc:
         if "cannot load" not in str(exc):  # an optional extra (swebench) absent here: its config is checked on use
             yield f"{POLAR_AGENT_PATH}.evaluator", str(exc)

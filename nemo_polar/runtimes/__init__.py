@@ -1,7 +1,8 @@
 """Where a session's commands run: `local` (bubblewrap or plain processes), `docker`, `apptainer`,
-or a runtime of your own (`nemo_polar.plugins.RUNTIMES`).
+`image` (a root filesystem folder under bubblewrap), or a `Runtime` subclass of your own named as
+`"package.module:Class"`. A node makes one per session:
 
-    make_runtime(spec, root, session_id, proxy_url) -> Runtime
+    RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=session_id, proxy_url=proxy_url)
 
 Every runtime gives the session a working copy and a HOME at host paths that mean the same inside,
 runs each command to completion with a deadline, and leaves nothing behind after `stop()`.
@@ -9,16 +10,20 @@ runs each command to completion with a deadline, and leaves nothing behind after
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..contracts import RuntimeSpec
-from ..plugins import RUNTIMES
+from ..plugins import Registry
 from ..sandbox import TIMEOUT_RC
 from .base import Runtime
-from .local import LocalRuntime
+from .spec import RuntimeSpec, Step
 
-__all__ = ["RUNTIMES", "TIMEOUT_RC", "LocalRuntime", "Runtime", "make_runtime"]
+RUNTIMES: Registry[Runtime] = Registry(
+    "runtime",
+    Runtime,
+    {
+        "local": f"{__name__}.local:LocalRuntime",
+        "docker": f"{__name__}.docker:DockerRuntime",  # the `docker` extra
+        "apptainer": f"{__name__}.apptainer:ApptainerRuntime",
+        "image": f"{__name__}.image:ImageRuntime",  # a root filesystem folder under bubblewrap
+    },
+)
 
-
-def make_runtime(spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Runtime:
-    return RUNTIMES[spec.kind].from_spec(spec, root, session_id, proxy_url)
+__all__ = ["RUNTIMES", "TIMEOUT_RC", "Runtime", "RuntimeSpec", "Step"]

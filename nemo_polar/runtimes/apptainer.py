@@ -21,10 +21,10 @@ import shlex
 import shutil
 from pathlib import Path
 
-from ..contracts import RuntimeSpec
 from ..sandbox import ProcessGroups, kill_group, run_group
-from .base import CONTAINER_HOME, Bind, ContainerRuntime, remove_tree
+from .base import CONTAINER_HOME, Bind, ContainerRuntime, EngineSettings, remove_tree
 from .inside import forward
+from .spec import RuntimeSpec
 
 START_TIMEOUT_S = 120.0
 
@@ -38,7 +38,14 @@ def instance_name(session_id: str) -> str:
 
 
 def start_argv(
-    binary: str, spec: RuntimeSpec, name: str, binds: list[Bind], overlay: Path, workdir: str, extra: list[str] = ()
+    binary: str,
+    spec: RuntimeSpec,
+    settings: EngineSettings,
+    name: str,
+    binds: list[Bind],
+    overlay: Path,
+    workdir: str,
+    extra: list[str] = (),
 ) -> list[str]:
     """`apptainer instance start ...` for one session (a pure function)."""
     argv = [binary, "instance", "start", "--containall", "--overlay", str(overlay), *extra]
@@ -50,13 +57,13 @@ def start_argv(
     argv += ["--pwd", workdir]
     if spec.network != "host":
         argv += ["--net", "--network", "none"]
-    if spec.gpus:
+    if settings.gpus:
         argv.append("--nv")
-    if spec.cpus is not None:
-        argv += ["--cpus", str(spec.cpus)]
-    if spec.memory is not None:
-        argv += ["--memory", spec.memory]
-    return [*argv, "--env", f"HOME={CONTAINER_HOME}", str(spec.image), name]
+    if settings.cpus is not None:
+        argv += ["--cpus", str(settings.cpus)]
+    if settings.memory is not None:
+        argv += ["--memory", settings.memory]
+    return [*argv, "--env", f"HOME={CONTAINER_HOME}", str(settings.image), name]
 
 
 def exec_argv(binary: str, name: str, argv: list[str], env: dict[str, str], workdir: str) -> list[str]:
@@ -71,11 +78,21 @@ def stop_argv(binary: str, name: str) -> list[str]:
 
 
 class ApptainerRuntime(ContainerRuntime):
-    def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
+    Settings = EngineSettings
+    pulls = True
+
+    @classmethod
+    def image_ref(cls, image: str) -> str:
+        """apptainer pulls a docker image by its docker:// URI; a .sif file or a URI stays as it is."""
+        return image if "://" in image or image.startswith("/") else f"docker://{image}"
+
+    def __init__(
+        self, spec: RuntimeSpec, settings: EngineSettings, root: str | Path, session_id: str, proxy_url: str | None
+    ) -> None:
         binary = apptainer_binary()
         if binary is None:
             raise RuntimeError("runtime.kind apptainer: no `apptainer` on PATH (or set POLAR_APPTAINER_BIN)")
-        super().__init__(spec, root, session_id, proxy_url)
+        super().__init__(spec, settings, root, session_id, proxy_url)
         self.binary, self.name, self.overlay = binary, instance_name(session_id), self.folder / "overlay"
         self.started = False
         self.forwarder: asyncio.subprocess.Process | None = None
@@ -91,7 +108,14 @@ class ApptainerRuntime(ContainerRuntime):
             self.overlay.mkdir()
             extra = shlex.split(os.environ.get("POLAR_APPTAINER_ARGS", ""))
             argv = start_argv(
-                self.binary, self.spec, self.name, self.binds(), self.overlay, str(self.inside_work), extra
+                self.binary,
+                self.spec,
+                self.settings,
+                self.name,
+                self.binds(),
+                self.overlay,
+                str(self.inside_work),
+                extra,
             )
             self.started = True  # from here on stop() must stop the instance, even if starting failed
             rc, out, err = await run_group(argv, self._env(), None, START_TIMEOUT_S)
@@ -122,8 +146,8 @@ class ApptainerRuntime(ContainerRuntime):
             kill_group(proc.pid)
             err = await proc.stderr.read()
             raise RuntimeError(
-                f"the proxy forwarder did not start in {self.spec.image!r} (the toolchain's Python, scripts/setup.sh "
-                f"mini, or the image's python3): {err.decode(errors='replace')[-2000:]}"
+                f"the proxy forwarder did not start in {self.settings.image!r} (the toolchain's Python, "
+                f"scripts/setup.sh mini, or the image's python3): {err.decode(errors='replace')[-2000:]}"
             )
 
     async def exec(

@@ -13,14 +13,19 @@ import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import urlsplit, urlunsplit
 
+from pydantic import Field, field_validator
+
+from ..config import Strict
+from ..plugins import Plugin
 from . import toolchain
 from .inside import forward
+from .spec import inside_path, parse_volume
 
 if TYPE_CHECKING:
-    from ..contracts import RuntimeSpec
+    from .spec import RuntimeSpec
 
 FORWARD_SCRIPT = Path(forward.__file__)
 # where docker, apptainer and image mount the session's folders (the local runtime: see local.py), the
@@ -55,12 +60,13 @@ class Bind:
     writable: bool = False
 
 
-class Runtime(ABC):
+class Runtime(Plugin, ABC):
     """A session's sandbox. `work` and `home` are host folders; `inside_*` are where its commands see them.
 
     A task names its runtime by `runtime.kind` (`nemo_polar.plugins.RUNTIMES`, or a subclass of yours
-    as 'package.module:Class'); the node builds it with `from_spec`, the same call for every kind."""
+    as 'package.module:Class'); the node builds it with `RUNTIMES.make`, the same call as every kind of plug-in."""
 
+    kind = "runtime"
     work: Path | None  # host paths; work is None when the working copy is the image's own folder
     home: Path
     # The same folders as the commands see them: a fixed path per runtime kind, so that nothing
@@ -71,17 +77,23 @@ class Runtime(ABC):
     inside_tools: Path = toolchain.TOOLS  # the harness toolchain
     inside_scripts: Path = toolchain.SCRIPTS  # our in-sandbox scripts (forward.py, openhands_runner.py)
     path: str = DEFAULT_PATH  # PATH inside, before a harness adds the toolchain's node
-    in_image: bool = False  # commands see an image's root filesystem: the evaluators grade in it too
+    in_image: ClassVar[bool] = False  # the kind runs an image: commands see its root filesystem, grading too
+    pulls: ClassVar[bool] = False  # it takes an image by its registry name (e.g. a row's SWE-bench image)
     proxy_url: str | None  # how commands inside reach the proxy (None: they cannot)
+
+    @classmethod
+    def image_ref(cls, image: str) -> str:
+        """A registry image name (`python:3.11`) as this kind's `image` setting writes it."""
+        return image
 
     def inside(self) -> Inside:
         """What a harness's launch is written against."""
         return Inside(self.inside_home, self.inside_work, self.inside_tools, self.inside_scripts, self.path)
 
     @classmethod
-    def from_spec(cls, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
-        """One session's runtime from the task's `runtime` block, under the node's `root`."""
-        return cls(spec, root, session_id, proxy_url)  # type: ignore[call-arg]
+    def make(cls, settings: Any, *, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
+        """One session's runtime: its kind's `settings`, the task's `runtime` block, under the node's `root`."""
+        return cls(spec, settings, root, session_id, proxy_url)  # type: ignore[call-arg]
 
     @property
     @abstractmethod
@@ -100,23 +112,69 @@ class Runtime(ABC):
     async def stop(self) -> None: ...
 
 
+class ContainerSettings(Strict):
+    """What a runtime that runs an image takes (docker, apptainer, image)."""
+
+    image: str = Field(
+        description="docker: an image name; apptainer: a .sif file or URI (docker://...); image: a root "
+        "filesystem folder, or several joined by ':' (the first on top)",
+    )
+    workdir: str | None = Field(
+        None,
+        description="where the agent works, e.g. /testbed: the image's own folder, or `repo` copied there "
+        "(default /polar/work)",
+    )
+    volumes: list[str] = Field(
+        default_factory=list, description="more binds, HOST:INSIDE[:ro|rw] (read-only by default)"
+    )
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, workdir: str | None) -> str | None:
+        return None if workdir is None else inside_path(workdir, "runtime.workdir")
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, volumes: list[str]) -> list[str]:
+        for volume in volumes:
+            parse_volume(volume)
+        return volumes
+
+    @property
+    def binds(self) -> list[tuple[str, str, bool]]:
+        """`volumes` as (host, inside, writable)."""
+        return [parse_volume(v) for v in self.volumes]
+
+
+class EngineSettings(ContainerSettings):
+    """An engine's resource limits beside the image (docker, apptainer)."""
+
+    cpus: float | None = Field(None, gt=0, description="CPU limit")
+    memory: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="memory limit, e.g. 2g or 512m")
+    gpus: int = Field(0, ge=0, description="docker: that many GPUs (device requests); apptainer: --nv when > 0")
+
+
 class ContainerRuntime(Runtime):
     """What docker, apptainer and image share: the session's folders under `root`, bound at fixed paths
     inside with the harness toolchain and our scripts (read-only), the task's working directory and
     environment, and for network "proxy" the tunnel to the proxy (network "host" reaches it directly).
 
-    The agent works in `spec.workdir` (default /polar/work): a copy of `spec.repo` bound there, or, with no
+    The agent works in `workdir` (default /polar/work): a copy of `spec.repo` bound there, or, with no
     repo, the image's own folder (e.g. SWE-bench's /testbed), where `work` is None and the patch is read
     inside."""
 
     in_image = True
 
-    def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
-        self.spec = spec
+    Settings = ContainerSettings
+
+    def __init__(
+        self, spec: RuntimeSpec, settings: ContainerSettings, root: str | Path, session_id: str, proxy_url: str | None
+    ) -> None:
+        self.spec, self.settings = spec, settings
         self.folder = Path(root).resolve() / session_id
         self.home = self.folder / "home"
-        self.work = self.folder / "work" if spec.repo or not spec.workdir else None
-        self.inside_work, self.inside_home = Path(spec.workdir or CONTAINER_WORK), CONTAINER_HOME
+        self.work = self.folder / "work" if spec.repo or not settings.workdir else None
+        self.inside_work, self.inside_home = Path(settings.workdir or CONTAINER_WORK), CONTAINER_HOME
         self.inside_tools, self.inside_scripts = CONTAINER_TOOLS, CONTAINER_SCRIPTS
         self.path = spec.env.get("PATH", DEFAULT_PATH)  # the image's own, where it says, once started
         self.tunnel: ProxyTunnel | None = None
@@ -140,7 +198,7 @@ class ContainerRuntime(Runtime):
         out.append(Bind(toolchain.SCRIPTS, CONTAINER_SCRIPTS))
         if self.tunnel is not None and self.tunnel.folder is not None:
             out.append(Bind(self.tunnel.folder, Path(IN_SOCKET_DIR)))  # connect() needs no write access
-        out += [Bind(Path(host), Path(inside), rw) for host, inside, rw in self.spec.binds]
+        out += [Bind(Path(host), Path(inside), rw) for host, inside, rw in self.settings.binds]
         return out
 
     def python(self) -> str:

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..contracts import RuntimeSpec
 from ..sandbox import TIMEOUT_RC
-from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, remove_tree
+from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, EngineSettings, remove_tree
 from .inside import forward
+from .spec import RuntimeSpec
 
 START_TIMEOUT_S = 60.0
 KILL_AFTER_S = 2
@@ -38,11 +38,17 @@ def container_name(session_id: str) -> str:
 
 
 def container_kwargs(
-    spec: RuntimeSpec, name: str, binds: list[Bind], command: list[str], workdir: str, user: str | None = None
+    spec: RuntimeSpec,
+    settings: EngineSettings,
+    name: str,
+    binds: list[Bind],
+    command: list[str],
+    workdir: str,
+    user: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of `client.containers.run` for one session (a pure function)."""
     kwargs: dict[str, Any] = {
-        "image": spec.image,
+        "image": settings.image,
         "name": name,
         "command": command,
         "detach": True,
@@ -54,12 +60,12 @@ def container_kwargs(
         "labels": {"nemo_polar.session": name},
         "user": user,  # the gateway's uid: files in the working copy stay ours to read and remove
     }
-    if spec.cpus is not None:
-        kwargs["nano_cpus"] = int(spec.cpus * 1e9)
-    if spec.memory is not None:
-        kwargs["mem_limit"] = kwargs["memswap_limit"] = spec.memory  # equal: no swap on top
-    if spec.gpus:
-        kwargs["device_requests"] = [{"Driver": "", "Count": spec.gpus, "Capabilities": [["gpu"]]}]
+    if settings.cpus is not None:
+        kwargs["nano_cpus"] = int(settings.cpus * 1e9)
+    if settings.memory is not None:
+        kwargs["mem_limit"] = kwargs["memswap_limit"] = settings.memory  # equal: no swap on top
+    if settings.gpus:
+        kwargs["device_requests"] = [{"Driver": "", "Count": settings.gpus, "Capabilities": [["gpu"]]}]
     return kwargs
 
 
@@ -70,10 +76,15 @@ def exec_argv(argv: list[str], timeout: float | None) -> list[str]:
 
 
 class DockerRuntime(ContainerRuntime):
-    def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
+    Settings = EngineSettings
+    pulls = True
+
+    def __init__(
+        self, spec: RuntimeSpec, settings: EngineSettings, root: str | Path, session_id: str, proxy_url: str | None
+    ) -> None:
         import docker  # the `docker` extra
 
-        super().__init__(spec, root, session_id, proxy_url)
+        super().__init__(spec, settings, root, session_id, proxy_url)
         self.name = container_name(session_id)
         self.client = docker.from_env()
         self.container = None
@@ -87,7 +98,9 @@ class DockerRuntime(ContainerRuntime):
         try:
             await self._prepare()
             command = self.forwarded(["sleep", "infinity"], ready=True)
-            kwargs = container_kwargs(self.spec, self.name, self.binds(), command, str(self.inside_work), self.user)
+            kwargs = container_kwargs(
+                self.spec, self.settings, self.name, self.binds(), command, str(self.inside_work), self.user
+            )
             self.container = await asyncio.to_thread(self.client.containers.run, **kwargs)
             if self.tunnel is not None:
                 await asyncio.to_thread(self._wait_ready)
@@ -105,7 +118,7 @@ class DockerRuntime(ContainerRuntime):
                 return
             if self.container.status == "exited":
                 raise RuntimeError(
-                    f"the proxy forwarder did not start in image {self.spec.image!r} (the toolchain's Python, "
+                    f"the proxy forwarder did not start in image {self.settings.image!r} (the toolchain's Python, "
                     f"scripts/setup.sh mini, or the image's python3): {logs[-2000:]}"
                 )
             time.sleep(0.05)

@@ -30,9 +30,11 @@ import os
 import shutil
 from pathlib import Path
 
-from ..contracts import RuntimeSpec
+from pydantic import field_validator
+
 from ..sandbox import ProcessGroups
-from .base import ContainerRuntime, remove_tree
+from .base import ContainerRuntime, ContainerSettings, remove_tree
+from .spec import RuntimeSpec
 
 # mount the overlay, then become the rest of the command line (bubblewrap)
 MOUNT = 'mount -t overlay polar -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@"'
@@ -47,10 +49,25 @@ def _tool(name: str) -> str:
     return found
 
 
+class ImageSettings(ContainerSettings):
+    """A root filesystem folder, or several joined by ':' (the first on top); no resource limits."""
+
+    @field_validator("image")
+    @classmethod
+    def _folders(cls, image: str) -> str:
+        if not all(layer.startswith("/") for layer in image.split(":")):
+            raise ValueError("runtime.image for kind image: absolute folders joined by ':'")
+        return image
+
+
 class ImageRuntime(ContainerRuntime):
-    def __init__(self, spec: RuntimeSpec, root: str | Path, session_id: str, proxy_url: str | None) -> None:
-        super().__init__(spec, root, session_id, proxy_url)
-        self.layers = [Path(layer) for layer in (spec.image or "").split(":")]
+    Settings = ImageSettings
+
+    def __init__(
+        self, spec: RuntimeSpec, settings: ImageSettings, root: str | Path, session_id: str, proxy_url: str | None
+    ) -> None:
+        super().__init__(spec, settings, root, session_id, proxy_url)
+        self.layers = [Path(layer) for layer in settings.image.split(":")]
         self.bwrap, self.unshare, self.mount, self.sh = _tool("bwrap"), _tool("unshare"), _tool("mount"), _tool("sh")
         self.upper, self.scratch, self.root = self.folder / "upper", self.folder / "overlay-work", self.folder / "root"
         self.groups = ProcessGroups()

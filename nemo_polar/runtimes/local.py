@@ -18,6 +18,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from pydantic import Field
+
+from ..config import Strict
 from ..sandbox import ProcessGroups, bwrap_argv
 from . import toolchain
 from .base import (
@@ -32,20 +35,28 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..contracts import RuntimeSpec
+    from .spec import RuntimeSpec
 
 log = logging.getLogger("nemo_polar.gateway")
 IN_WORK, IN_HOME = Path("/tmp/polar/work"), Path("/tmp/polar/home")
 IN_TOOLS, IN_SCRIPTS = Path("/tmp/polar/tools"), Path("/tmp/polar/scripts")
 
 
+class LocalSettings(Strict):
+    sandbox: bool = Field(True, description="bubblewrap where present (read-only host, private /tmp)")
+
+
 class LocalRuntime(Runtime):
+    """This machine: a copy of `repo` in the session's folder, under bubblewrap where present."""
+
+    Settings = LocalSettings
+
     @classmethod
-    def from_spec(cls, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
+    def make(cls, settings: LocalSettings, *, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
         return cls(
             root,
             repo=spec.repo,
-            sandbox=spec.sandbox,
+            sandbox=settings.sandbox,
             session_id=session_id,
             proxy_url=proxy_url,
             network=spec.network,

@@ -10,9 +10,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..contracts import Step
 from ..errors import SetupFailed
 from .base import Runtime
+from .spec import Step
 
 log = logging.getLogger("nemo_polar.gateway")
 TAIL = 2000  # characters of a failed step's output kept in its error

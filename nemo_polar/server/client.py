@@ -27,9 +27,10 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from ..contracts import TERMINAL, DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ..contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ..control import token_headers
 from ..errors import ControlRefused, ControlUnreachable
+from ..states import TERMINAL, SessionState
 
 log = logging.getLogger("nemo_polar.control")
 _JSON = {"content-type": "application/json"}

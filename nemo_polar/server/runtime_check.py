@@ -26,12 +26,11 @@ from typing import Any
 from ..config import ProxyConfig
 from ..contracts import HarnessSpec, RuntimeSpec
 from ..errors import HarnessNotInstalled
-from ..harnesses import Endpoint
+from ..harnesses import HARNESSES, Endpoint
 from ..harnesses.install import check_install
 from ..local.vllm_server import VLLMServer
 from ..proxy.serve import ProxyThread, free_port
-from ..runtimes import make_runtime
-from .gateway.stages import harness_for
+from ..runtimes import RUNTIMES
 
 DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / ".deps"))
 ROOTFS = DEPS / "rootfs" / "bookworm"  # scripts/setup.sh rootfs: Debian minbase, no python, no node
@@ -122,13 +121,14 @@ async def _one(
     gate: asyncio.Semaphore, name: str, spec: RuntimeSpec, proxy: ProxyThread, root: Path, timeout_s: float, pids: list
 ) -> dict[str, Any] | None:
     async with gate:
-        harness = harness_for(HarnessSpec(**CONFIGS[name], max_steps=2))
+        spec_h = HarnessSpec(**CONFIGS[name], max_steps=2)
+        harness = HARNESSES.make(spec_h.name, spec_h.options)
         try:
             await asyncio.to_thread(check_install, harness)
         except HarnessNotInstalled as exc:
             return {"harness": name, "why": str(exc)}
         session = proxy.proxy.sessions.open(metadata={"runtime_check": name})
-        runtime = make_runtime(spec, root, name, proxy.url)
+        runtime = RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=name, proxy_url=proxy.url)
         t0 = time.monotonic()
         try:
             await runtime.start()

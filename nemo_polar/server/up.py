@@ -24,9 +24,9 @@ from rich.table import Table
 from ..config import ProxyConfig, Strict
 from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
 from ..local.vllm_server import VLLMServer
-from ..plugins import BUILDERS
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
+from ..traces import BUILDERS
 from .client import RolloutAPI
 from .gateway.node import GatewayNode, NodeConfig, NodeThread
 from .rollout import RolloutConfig, RolloutThread

@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import Field
 
-from ..contracts import IMAGE_KINDS, RuntimeSpec, TaskSpec
+from ..contracts import TaskSpec
 from ..errors import ConfigError
 from ..evaluators.row import EvalRow
+from ..runtimes import RUNTIMES, RuntimeSpec
 
 # How SWE-bench's instance images are laid out (swebench.harness: the repository at /testbed, its
 # environment the conda env `testbed`); SWE-Gym's images are built the same way.
@@ -62,7 +63,7 @@ class TaskRow(EvalRow):
         """`base` (a runtime block) completed for this row: for `local`, its repo_path as the working copy;
         for an image kind, `image_runtime`'s keys under those `base` already sets."""
         spec = dict(base.model_dump(exclude_defaults=True) if isinstance(base, RuntimeSpec) else base or {})
-        if spec.get("kind", "local") in IMAGE_KINDS:
+        if RUNTIMES[spec.get("kind", "local")].in_image:
             return self.image_runtime(spec.get("kind", "docker"), namespace) | spec
         return spec | ({"repo": self.repo_path} if self.repo_path else {})
 
@@ -70,7 +71,7 @@ class TaskRow(EvalRow):
         """The row's instance image, where the agent works in it, its environment and its set-up steps."""
         extra = self.model_extra or {}
         out: dict[str, Any] = {"workdir": extra.get("workdir") or SWE_WORKDIR}
-        if kind != "image" or extra.get("image"):  # an image folder cannot be named from the row
+        if extra.get("image") or RUNTIMES[kind].pulls:  # an image folder cannot be named from the row
             out["image"] = image_of(self, namespace, kind)
         out["env"] = extra.get("env") or ({} if extra.get("image") else {"PATH": SWE_PATH})
         out["prepare"] = extra.get("prepare") or [f"git reset -q --hard {self.base_commit}"]
@@ -79,9 +80,9 @@ class TaskRow(EvalRow):
         return out
 
 
-def image_of(row: EvalRow, namespace: str = "swebench", engine: str = "docker") -> str:
-    """The row's instance image (its own `image`, else SWE-bench's name for it); apptainer pulls a docker
-    image by its `docker://` name."""
+def image_of(row: EvalRow, namespace: str = "swebench", kind: str = "docker") -> str:
+    """The row's instance image (its own `image`, else SWE-bench's name for it) as runtime `kind` writes
+    it (`Runtime.image_ref`: apptainer pulls a docker image by its docker:// name)."""
     image = (row.model_extra or {}).get("image")
     if not image:
         try:
@@ -91,7 +92,7 @@ def image_of(row: EvalRow, namespace: str = "swebench", engine: str = "docker") 
                 "naming SWE-bench images needs the swebench extra (pip install nemo_polar[swebench])"
             ) from exc
         image = expected_image(row.instance_id, namespace)
-    return f"docker://{image}" if engine == "apptainer" and "://" not in image and not image.startswith("/") else image
+    return RUNTIMES[kind].image_ref(image)
 
 
 def parse_row(fields: dict[str, Any], where: str = "row") -> TaskRow:

@@ -1,14 +1,21 @@
-"""Training traces from a session's CompletionRecords: builders, drift analysis, exports."""
+"""Training traces from a session's CompletionRecords: builders (named in `BUILDERS`; a task may name its
+own `Builder` subclass as `"package.module:Class"`), drift analysis, exports."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from ..plugins import BUILDERS
+from ..plugins import Registry
 from ..records import CompletionRecord
 from .builders import Builder, trainable
 from .drift import common_prefix
 from .models import BuildResult, BuildStats, DriftEvent, Segment, Trace
+
+BUILDERS: Registry[Builder] = Registry(
+    "builder",
+    Builder,
+    {"per_request": f"{__name__}.builders:PerRequest", "prefix_tree": f"{__name__}.builders:PrefixTree"},
+)
 
 
 def build(
@@ -20,8 +27,8 @@ def build(
     max_tokens: int | None = None,
     repair: bool = True,
 ) -> BuildResult:
-    """A session's records as traces, by the builder a task names (`nemo_polar.plugins.BUILDERS`)."""
-    maker = BUILDERS[builder]()
+    """A session's records as traces, by the builder a task names (`BUILDERS`)."""
+    maker = BUILDERS.make(builder)
     stats = BuildStats()
     kept = trainable(records, stats)
     events: list[DriftEvent] = []

@@ -12,7 +12,7 @@ the tree is one trace: sampled spans carry mask 1 and their recorded logprobs, e
 them mask 0, and a span shared by several leaves is trained in the first of them only, so every
 sampled token is trained exactly once. Compaction and sub-agents add chains; nothing is dropped.
 
-Each is a `Builder` named in `nemo_polar.plugins.BUILDERS`; a task may name its own subclass as
+Each is a `Builder` named in `traces.BUILDERS`; a task may name its own subclass as
 'package.module:Class'.
 """
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TraceBuildError
+from ..plugins import Plugin
 from ..records import CompletionRecord
 from .drift import REPAIRABLE, align
 from .models import BuildStats, DriftEvent, Repair, Segment, Trace
@@ -58,10 +59,10 @@ class _Node:
         return nodes[::-1]
 
 
-class Builder(ABC):
+class Builder(Plugin, ABC):
     """Trainable records of one session -> traces. `events` collects the drift it met (see drift.py)."""
 
-    name: str
+    kind = "builder"
 
     @abstractmethod
     def traces(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
+from nemo_polar.states import SessionState
 
 FIX = "sed -i 's|return total // per_page|return -(-total // per_page)|' pager/core.py"
 

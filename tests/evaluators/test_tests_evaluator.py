@@ -125,7 +125,7 @@ def test_bad_inputs_name_the_key(task_copy, tmp_path):
 
 def test_session_completed():
     evaluator = make_evaluator(EvaluatorSpec())
-    from nemo_polar.contracts import SessionState
+    from nemo_polar.states import SessionState
 
     def score(status, rc):
         ctx = EvalContext(fields={}, config={}, work=None, scratch=None, exit_code=rc, status=status)

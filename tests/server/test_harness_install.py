@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
 from nemo_polar.harnesses import HARNESSES, base, install
 from nemo_polar.harnesses.install import HarnessNotInstalled, check_install, installed_version
 from nemo_polar.harnesses.pi import Pi
@@ -20,6 +20,7 @@ from nemo_polar.harnesses.shell import Shell
 from nemo_polar.harnesses.versions import PINS, Pin
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
+from nemo_polar.states import SessionState
 
 VERSIONS = Path(install.__file__).with_name("versions.py")
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import httpx
 
-from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
 from nemo_polar.harnesses.versions import PINS
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
+from nemo_polar.states import SessionState
 from nemo_polar.traces.export import read_jsonl
 
 

@@ -9,11 +9,12 @@ import threading
 
 import pytest
 
-from nemo_polar.contracts import NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from nemo_polar.contracts import NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from nemo_polar.errors import Conflict, IllegalMove, NotFound
 from nemo_polar.errors import RequestInvalid as StoreError
 from nemo_polar.server.rollout import scheduler
 from nemo_polar.server.rollout.store import RolloutStore, legal
+from nemo_polar.states import SessionState
 
 S = SessionState
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from nemo_polar.contracts import HarnessSpec, SessionResult, SessionState, TaskSpec, Timing
+from nemo_polar.contracts import HarnessSpec, SessionResult, TaskSpec, Timing
 from nemo_polar.server.client import RolloutAPI
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
+from nemo_polar.states import SessionState
 from nemo_polar.view.app import ViewThread
 from nemo_polar.view.remote import RolloutSource
 

@@ -41,12 +41,13 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...config import ProxyConfig, Strict
-from ...contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult, SessionState
+from ...contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult
 from ...control import error_response, http_error, parse, read_json, require_token, route
 from ...errors import ControlError, ControlRefused, NotFound, PolarError
 from ...metrics import NodeGauges, scrape
 from ...proxy.app import Proxy
 from ...serving import ServerThread, json_response, run
+from ...states import SessionState
 from ..client import Retry, RolloutAPI
 from .pipeline import Job, Pipeline
 from .proxy_surface import ProxySurface

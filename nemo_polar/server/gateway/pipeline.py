@@ -26,7 +26,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
-from ...contracts import DispatchRequest, NodeMetrics, SessionState, Timing
+from ...contracts import DispatchRequest, NodeMetrics, Timing
+from ...states import SessionState
 
 log = logging.getLogger(__name__)
 S = SessionState

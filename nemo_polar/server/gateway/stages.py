@@ -25,16 +25,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...contracts import DispatchRequest, HarnessSpec, SessionResult, SessionState
+from ...contracts import DispatchRequest, SessionResult
 from ...errors import HarnessNotInstalled, SandboxError
-from ...evaluators import EvalContext, Evaluation, make_evaluator
-from ...harnesses import HARNESSES, Endpoint, Harness
+from ...evaluators import EVALUATORS, EvalContext, Evaluation
+from ...harnesses import HARNESSES, Endpoint
 from ...harnesses.install import check_install
 from ...harnesses.logs import keep_logs
 from ...records import Session as ProxySession
 from ...rollup import rollup
-from ...runtimes import TIMEOUT_RC, Runtime, make_runtime
+from ...runtimes import RUNTIMES, TIMEOUT_RC, Runtime, RuntimeSpec
 from ...runtimes.steps import run_steps
+from ...states import SessionState
 from ...traces import build
 from ...traces.export import write_jsonl
 from .pipeline import Job
@@ -43,12 +44,6 @@ from .proxy_surface import ProxySurface
 log = logging.getLogger(__name__)
 EVAL_MIN_S = 60.0  # the evaluation's floor when the session budget is (nearly) spent
 STREAM_TAIL = 20_000  # characters of the harness's stdout and stderr kept in the node's memory
-
-
-def harness_for(spec: HarnessSpec) -> Harness:
-    """The harness a task names, with its own settings (validated again: this node may differ)."""
-    cls = HARNESSES[spec.name]
-    return cls(cls.parse_settings(spec.options))
 
 
 @dataclass
@@ -89,7 +84,7 @@ class HarnessStages:
 
     async def init(self, job: Job[Work]) -> None:
         work, task = job.data, job.data.request.task
-        work.runtime = make_runtime(task.runtime, self.root, job.session_id, self.proxy_url)
+        work.runtime = _runtime(task.runtime, self.root, job.session_id, self.proxy_url)
         await work.runtime.start()
         try:
             work.prepare = await run_steps(work.runtime, task.runtime.prepare)
@@ -109,7 +104,7 @@ class HarnessStages:
         task, runtime, opened = work.request.task, work.runtime, work.proxy_session
         assert runtime is not None and opened is not None
         try:  # anything that fails here is the node's doing, not the agent's: masked, never scored 0
-            harness = harness_for(task.harness)
+            harness = HARNESSES.make(task.harness.name, task.harness.options)
             work.harness_version = await asyncio.to_thread(check_install, harness)
             launch = harness.launch(
                 task.instruction,
@@ -134,7 +129,8 @@ class HarnessStages:
         if work.runtime is None:
             return
         try:
-            await make_evaluator(work.request.task.evaluator).prewarm(self._eval_ctx(job))
+            spec = work.request.task.evaluator
+            await EVALUATORS.make(spec.kind, spec.config).prewarm(self._eval_ctx(job))
         except Exception:
             log.warning("evaluation prewarm failed for %s", job.session_id, exc_info=True)
 
@@ -186,7 +182,7 @@ class HarnessStages:
     async def _start_eval_runtime(self, job: Job[Work]) -> Runtime:
         work, spec = job.data, job.data.request.task.runtime
         fresh = spec.model_copy(update={"network": "none"})
-        work.eval_runtime = make_runtime(fresh, self.root, f"{job.session_id}-eval", self.proxy_url)
+        work.eval_runtime = _runtime(fresh, self.root, f"{job.session_id}-eval", self.proxy_url)
         await work.eval_runtime.start()
         steps = spec.eval_prepare if spec.eval_prepare is not None else spec.prepare
         await run_steps(work.eval_runtime, steps, "eval_prepare")
@@ -213,8 +209,9 @@ class HarnessStages:
         ctx = self._eval_ctx(job)
         ctx.status, ctx.exit_code = status, work.exit_code
         ctx.timeout_s = max(job.remaining(), EVAL_MIN_S)
+        spec = work.request.task.evaluator
         try:
-            return await make_evaluator(work.request.task.evaluator).evaluate(ctx)
+            return await EVALUATORS.make(spec.kind, spec.config).evaluate(ctx)
         except Exception as exc:
             log.warning("evaluation failed for %s", job.session_id, exc_info=True)
             return Evaluation.infra(f"{type(exc).__name__}: {exc}")
@@ -256,3 +253,8 @@ class HarnessStages:
             node_id=self.node_id,
             error=job.error or job.cause or (f"evaluation: {failure}" if evaluation and failure else None),
         )
+
+
+def _runtime(spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Runtime:
+    """The session's sandbox (or the fresh one that grades it) under the node's folder."""
+    return RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=session_id, proxy_url=proxy_url)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ...contracts import SessionState
+from ...states import SessionState
 from .store import NodeRow, SessionRow
 
 STALE_FACTOR = 5.0  # missed heartbeats before a node is lost: a busy node must not lose its sessions

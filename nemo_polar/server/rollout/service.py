@@ -32,10 +32,11 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field, model_validator
 
 from ...config import Strict
-from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...control import LOOPBACK
 from ...errors import Forbidden, IllegalMove, NotFound
 from ...metrics import RolloutMetrics
+from ...states import SessionState
 from ..client import NodeAPI, NodeTarget
 from . import scheduler
 from .dispatcher import Dispatch, dispatch_loop

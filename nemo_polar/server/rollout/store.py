@@ -23,10 +23,11 @@ from typing import Any
 
 import orjson
 
-from ...contracts import STORED, NodeMetrics, NodeRegistration, SessionResult, SessionState, TaskSpec
+from ...contracts import STORED, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...errors import Conflict, IllegalMove, NotFound, RequestInvalid
 from ...migrations import Migration, add_column, migrate, statements
 from ...rollup import SUMMED
+from ...states import SessionState
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(

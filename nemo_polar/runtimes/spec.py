@@ -1,0 +1,108 @@
+"""A task's `runtime` block: what every runtime kind reads (the working copy, the environment, set-up
+steps, the network), and beside it the kind's own settings, which its `Settings` model validates
+when the task is submitted, like a harness's (`docker`'s `image` and `cpus`, `local`'s `sandbox`).
+
+    runtime: {kind: docker, image: python:3.11-slim, cpus: 2, repo: /data/repo, prepare: [pip install -e .]}
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from ..config import Strict
+
+RESERVED = "/polar"  # where the runtimes mount the session's folders, the toolchain and our scripts
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Step(Strict):
+    """One set-up command, run with `sh -c` in the working directory: `prepare` steps before the agent,
+    `eval_prepare` steps before grading. A step that fails (non-zero, or past its timeout) is tried
+    again `retries` times, `backoff_s` apart (doubling); after the last try the session is masked."""
+
+    command: str = Field(min_length=1, description="run with sh -c in the working directory")
+    timeout_s: float = Field(600.0, gt=0, description="each try")
+    retries: int = Field(0, ge=0, le=10, description="more tries after a failed one")
+    backoff_s: float = Field(2.0, ge=0, description="before the first retry; doubled for each next one")
+    env: dict[str, str] = Field(default_factory=dict, description="over the runtime's env, for this step")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"command": data} if isinstance(data, str) else data
+
+
+class RuntimeSpec(BaseModel):
+    """The fields every kind reads; every other key is the kind's own setting (`options`), validated by
+    its `Settings` (`runtime.cpus: not a setting of runtime 'local'`). Specs read back from a store are
+    not validated again (`contracts.STORED`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str = Field("local", description="local, docker, apptainer, image, or 'package.module:Class'")
+    repo: str | None = Field(None, description="a folder copied as the session's working copy")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="every command's environment (set-up steps, the harness, grading): e.g. PATH of the image's "
+        "own Python; the harness's own variables win",
+    )
+    prepare: list[Step] = Field(default_factory=list, description="set-up steps before the agent, in order")
+    eval_prepare: list[Step] | None = Field(
+        None, description="set-up steps of the fresh sandbox that grades the patch (null: the same as prepare)"
+    )
+    network: Literal["proxy", "none", "host"] = Field(
+        "proxy", description="proxy: nothing but the proxy is reachable; none: nothing; host: no isolation"
+    )
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        from . import RUNTIMES  # here, not at the top: the room's modules import this one
+
+        return RUNTIMES.check(kind)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name in env:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"runtime.env: {name!r} is not a variable name")
+            if name == "HOME":
+                raise ValueError("runtime.env: HOME is the session's own (the harness's HOME)")
+        return env
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The kind's own settings as given (nulls left to the kind's defaults)."""
+        return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
+
+    @model_validator(mode="after")
+    def _settings_fit(self, info: ValidationInfo) -> RuntimeSpec:
+        if not (info.context and info.context.get("stored")):
+            from . import RUNTIMES
+
+            RUNTIMES.validate(self.kind, self.options)
+        return self
+
+
+def inside_path(path: str, what: str) -> str:
+    """`path` when it is absolute, not /, without .., and not under `RESERVED`."""
+    if not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
+        raise ValueError(f"{what}: {path!r} must be an absolute path inside, not / and without ..")
+    if path.rstrip("/") == RESERVED or path.startswith(RESERVED + "/"):
+        raise ValueError(f"{what}: {path!r} is under {RESERVED}, where the runtimes mount their own folders")
+    return path
+
+
+def parse_volume(volume: str) -> tuple[str, str, bool]:
+    """`HOST:INSIDE[:ro|rw]` as (host, inside, writable); read-only unless `:rw`."""
+    parts = volume.split(":")
+    if len(parts) == 2:
+        parts.append("ro")
+    if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[0].startswith("/"):
+        raise ValueError(f"runtime.volumes: {volume!r} is not HOST:INSIDE[:ro|rw] with absolute paths")
+    inside_path(parts[1], "runtime.volumes")
+    return parts[0], parts[1], parts[2] == "rw"
