@@ -144,10 +144,10 @@ def test_every_group_option_validates(group, model):
             data["command"] = "true"
         cls.model_validate(data)
         if group == "evaluator":
-            from nemo_polar.evaluators import evaluator_class
+            from nemo_polar.evaluators import EVALUATORS
 
             try:
-                evaluator_class(data["kind"]).parse_config(data["config"])
+                EVALUATORS[data["kind"]].parse_settings(data["config"])
             except ConfigError as exc:
                 assert "cannot load" in str(exc)  # an optional extra not installed here
 

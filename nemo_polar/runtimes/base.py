@@ -82,6 +82,12 @@ class Runtime(Plugin, ABC):
     proxy_url: str | None  # how commands inside reach the proxy (None: they cannot)
 
     @classmethod
+    def sandboxes(cls, settings: Any) -> bool:
+        """Whether a session with these settings runs in a sandbox (a rollout server may refuse one that
+        does not); `sandboxed` says whether a started one did."""
+        return True
+
+    @classmethod
     def image_ref(cls, image: str) -> str:
         """A registry image name (`python:3.11`) as this kind's `image` setting writes it."""
         return image

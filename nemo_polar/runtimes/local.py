@@ -52,6 +52,10 @@ class LocalRuntime(Runtime):
     Settings = LocalSettings
 
     @classmethod
+    def sandboxes(cls, settings: LocalSettings) -> bool:
+        return settings.sandbox
+
+    @classmethod
     def make(cls, settings: LocalSettings, *, spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Self:
         return cls(
             root,

@@ -79,6 +79,15 @@ class RuntimeSpec(BaseModel):
         """The kind's own settings as given (nulls left to the kind's defaults)."""
         return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
 
+    @property
+    def sandboxed(self) -> bool:
+        """Whether its kind, with these settings, runs the session in a sandbox (`local` with sandbox
+        false does not), as its class says (`Runtime.sandboxes`)."""
+        from . import RUNTIMES
+
+        cls = RUNTIMES[self.kind]
+        return cls.sandboxes(cls.parse_settings(self.options))
+
     @model_validator(mode="after")
     def _settings_fit(self, info: ValidationInfo) -> RuntimeSpec:
         if not (info.context and info.context.get("stored")):

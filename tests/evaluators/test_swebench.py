@@ -7,8 +7,7 @@ import subprocess
 
 import pytest
 
-from nemo_polar.contracts import EvaluatorSpec
-from nemo_polar.evaluators import EvalContext, make_evaluator
+from nemo_polar.evaluators import EVALUATORS, EvalContext
 from nemo_polar.evaluators.row import EvalRow
 from nemo_polar.evaluators.swebench import engine_answers
 
@@ -18,7 +17,7 @@ FAST = {"env": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, "mode": "local"}
 
 
 def _evaluate(row, pristine, work, tmp_path, config=FAST):
-    evaluator = make_evaluator(EvaluatorSpec(kind="swebench", config=config))
+    evaluator = EVALUATORS.make("swebench", config)
     ctx = EvalContext(fields=row, config=config, work=work, scratch=tmp_path / "scratch", repo=pristine)
     return asyncio.run(evaluator.evaluate(ctx))
 
@@ -61,7 +60,7 @@ def test_docker_command_for_a_swebench_5_row(tmp_path):
             "PASS_TO_PASS": "[]",
         }
     )
-    evaluator = make_evaluator(EvaluatorSpec(kind="swebench"))
+    evaluator = EVALUATORS.make("swebench")
     argv = evaluator.docker_argv(row, tmp_path / "p.diff", tmp_path / "eval.sh")
     assert argv[:5] == ["docker", "run", "--rm", "--network", "none"]
     assert "swebench/sweb.eval.x86_64.o_1776_r-1:latest" in argv and "git apply --verbose" in argv[-1]

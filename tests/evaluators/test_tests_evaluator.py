@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from nemo_polar.contracts import EvaluatorSpec
 from nemo_polar.errors import ConfigError
-from nemo_polar.evaluators import EvalContext, make_evaluator
+from nemo_polar.evaluators import EVALUATORS, EvalContext
 
 FAST = {"env": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
 
@@ -23,7 +23,7 @@ def _apply(patch: str, work) -> None:
 
 
 def _evaluate(row, pristine, work, tmp_path, config=FAST, kind="tests", **ctx):
-    evaluator = make_evaluator(EvaluatorSpec(kind=kind, config=config))
+    evaluator = EVALUATORS.make(kind, config)
     context = EvalContext(fields=row, config=config, work=work, scratch=tmp_path / "scratch", repo=pristine, **ctx)
     return asyncio.run(evaluator.evaluate(context))
 
@@ -31,7 +31,7 @@ def _evaluate(row, pristine, work, tmp_path, config=FAST, kind="tests", **ctx):
 def test_reference_fix_scores_one_with_prewarm(task_copy, tmp_path):
     task, row, pristine, work = task_copy("slugify")  # test ids with spaces and " - " in brackets
     _apply(task.patch, work)
-    evaluator = make_evaluator(EvaluatorSpec(kind="tests", config=FAST))
+    evaluator = EVALUATORS.make("tests", FAST)
     ctx = EvalContext(fields=row, config=FAST, work=work, scratch=tmp_path / "scratch", repo=pristine)
     asyncio.run(evaluator.prewarm(ctx))
     assert (ctx.scratch / "eval" / "tests" / "test_slug.py").read_text().count("test_separators_collapse") == 1
@@ -120,11 +120,12 @@ def test_bad_inputs_name_the_key(task_copy, tmp_path):
         with pytest.raises(ValidationError, match=key):  # refused when the task is validated (submitted)
             EvaluatorSpec.model_validate(bad)
         with pytest.raises(ConfigError, match=key):  # and by the node that would run it
-            make_evaluator(EvaluatorSpec.model_construct(**({"config": {}} | bad)))
+            spec = EvaluatorSpec.model_construct(**({"config": {}} | bad))
+            EVALUATORS.make(spec.kind, spec.config)
 
 
 def test_session_completed():
-    evaluator = make_evaluator(EvaluatorSpec())
+    evaluator = EVALUATORS.make("session_completed")
     from nemo_polar.states import SessionState
 
     def score(status, rc):

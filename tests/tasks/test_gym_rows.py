@@ -59,7 +59,7 @@ def test_rows_become_gym_rows_on_their_instance_images(source, tmp_path):
         task = polar_gym.task_from_row(row, RECIPE_DEFAULTS)
         assert task.runtime.kind == "apptainer" and task.runtime.image == row["polar"]["runtime"]["image"]
         # the agent works where the image keeps the repository, with the image's Python, from base_commit
-        assert task.runtime.workdir == "/testbed" and task.runtime.repo is None
+        assert task.runtime.options["workdir"] == "/testbed" and task.runtime.repo is None
         assert task.runtime.env["PATH"].startswith("/opt/miniconda3/envs/testbed/bin:")
         assert [s.command for s in task.runtime.prepare] == [f"git reset -q --hard {row['base_commit']}"]
         assert (task.runtime.cpus, task.runtime.memory) == (2, "8g")  # the recipe's limits stay
@@ -77,13 +77,17 @@ def test_rows_become_image_tasks_directly(tmp_path):
 
     bench, gym = load_jsonl(FIXTURE)
     spec = bench.task_spec({"name": "codex"}, "swebench", runtime={"kind": "docker", "cpus": 2})
-    assert spec.runtime.image == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
-    assert (spec.runtime.workdir, spec.runtime.cpus, spec.evaluator.kind) == ("/testbed", 2, "swebench")
+    assert spec.runtime.options["image"] == "swebench/sweb.eval.x86_64.astropy_1776_astropy-12907:latest"
+    assert (spec.runtime.options["workdir"], spec.runtime.options["cpus"], spec.evaluator.kind) == (
+        "/testbed",
+        2,
+        "swebench",
+    )
     assert spec.runtime.prepare[0].command == f"git reset -q --hard {bench.base_commit}"
     local = gym.task_spec({"name": "codex"})  # no runtime: this machine, the row's repo_path (none here)
-    assert local.runtime.kind == "local" and local.runtime.workdir is None and not local.runtime.prepare
+    assert local.runtime.kind == "local" and "workdir" not in local.runtime.options and not local.runtime.prepare
     folder = gym.task_spec({"name": "codex"}, runtime={"kind": "image", "image": "/rootfs/swe"})
-    assert folder.runtime.image == "/rootfs/swe" and folder.runtime.workdir == "/testbed"
+    assert folder.runtime.options["image"] == "/rootfs/swe" and folder.runtime.options["workdir"] == "/testbed"
 
 
 def test_a_bad_row_is_named(tmp_path):

@@ -250,7 +250,7 @@ class RolloutService:
 
     # --- domain steps (worker threads; the dispatcher and the reaper call them too) -----------
     def _submit(self, spec: TaskSpec) -> tuple[TaskRow, list[SessionRow]]:
-        if not self.config.allow_unsandboxed and (not spec.runtime.sandbox or spec.runtime.network == "host"):
+        if not self.config.allow_unsandboxed and (not spec.runtime.sandboxed or spec.runtime.network == "host"):
             raise Forbidden(
                 "runtime.sandbox false and runtime.network host are refused by this rollout server "
                 "(set allow_unsandboxed: true in its configuration to allow them)"

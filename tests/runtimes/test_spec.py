@@ -5,14 +5,18 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from nemo_polar.contracts import RuntimeSpec, TaskSpec
-from nemo_polar.runtimes import LocalRuntime, make_runtime
+from nemo_polar.contracts import TaskSpec
+from nemo_polar.runtimes import RuntimeSpec
 from nemo_polar.runtimes.base import inside_url, proxy_address
+from nemo_polar.runtimes.local import LocalRuntime
+
+from .build import runtime as make_runtime
 
 
 def test_defaults_are_a_local_sandbox_reaching_only_the_proxy():
     spec = TaskSpec(instruction="x", harness={"name": "pi"}).runtime
-    assert (spec.kind, spec.network, spec.sandbox, spec.image) == ("local", "proxy", True, None)
+    assert (spec.kind, spec.network, spec.options) == ("local", "proxy", {})
+    assert LocalRuntime.parse_settings(spec.options).sandbox
 
 
 @pytest.mark.parametrize(
@@ -23,6 +27,10 @@ def test_defaults_are_a_local_sandbox_reaching_only_the_proxy():
         ({"kind": "local", "image": "python:3.11"}, "runtime.image"),
         ({"kind": "local", "cpus": 2}, "runtime.cpus"),
         ({"kind": "docker", "image": "i", "sandbox": False}, "runtime.sandbox"),
+        ({"kind": "image", "image": "i", "cpus": 1}, "runtime.cpus"),
+        ({"kind": "image", "image": "relative/folder"}, "absolute folders"),
+        ({"kind": "docker", "image": "i", "workdir": "/polar/x"}, "runtime.workdir"),
+        ({"kind": "docker", "image": "i", "volumes": ["/a"]}, "runtime.volumes"),
         ({"kind": "docker", "image": "i", "memory": "two gigs"}, "memory"),
         ({"kind": "docker", "image": "i", "cpus": 0}, "cpus"),
         ({"kind": "docker", "image": "i", "network": "bridge"}, "network"),
@@ -31,13 +39,13 @@ def test_defaults_are_a_local_sandbox_reaching_only_the_proxy():
 )
 def test_invalid_specs_name_the_key(data, names):
     with pytest.raises(ValidationError) as exc:
-        RuntimeSpec.model_validate(data)
+        TaskSpec.model_validate({"instruction": "x", "harness": {"name": "pi"}, "runtime": data})
     assert names in str(exc.value)
 
 
 def test_container_specs_validate():
     spec = RuntimeSpec(kind="docker", image="python:3.11-slim", cpus=1.5, memory="2g", network="none")
-    assert (spec.cpus, spec.memory) == (1.5, "2g")
+    assert spec.options == {"image": "python:3.11-slim", "cpus": 1.5, "memory": "2g"} and spec.network == "none"
 
 
 def test_factory_builds_a_local_runtime(tmp_path):

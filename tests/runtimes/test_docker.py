@@ -1,4 +1,4 @@
-"""DockerRuntime on a real engine, where one answers (its arguments: test_runtimes_container.py)."""
+"""DockerRuntime on a real engine, where one answers (its arguments: test_container.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from nemo_polar.contracts import RuntimeSpec
-from nemo_polar.runtimes import TIMEOUT_RC, make_runtime
+from nemo_polar.runtimes import TIMEOUT_RC, RuntimeSpec
 from nemo_polar.runtimes.docker import container_name, exec_argv
+
+from .build import runtime as make_runtime
 
 IMAGE = "python:3.11-slim"
 

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from nemo_polar.contracts import STORED, HarnessSpec, RuntimeSpec, TaskSpec
+from nemo_polar.contracts import STORED, HarnessSpec, TaskSpec
 from nemo_polar.errors import UnknownPlugin
-from nemo_polar.harnesses import Endpoint, Inside
-from nemo_polar.plugins import BUILDERS, EVALUATORS, HARNESSES, RUNTIMES
-from nemo_polar.runtimes import make_runtime
-from nemo_polar.server.gateway.stages import harness_for
-from nemo_polar.traces import build
+from nemo_polar.evaluators import EVALUATORS
+from nemo_polar.harnesses import HARNESSES, Endpoint, Inside
+from nemo_polar.runtimes import RUNTIMES, RuntimeSpec
+from nemo_polar.traces import BUILDERS, build
 
-from .test_harness_launch import KEY, URL
+from .harnesses.test_launch import KEY, URL
+from .runtimes.build import runtime as make_runtime
 
 OWN = """
 from pathlib import Path
@@ -53,8 +53,26 @@ class Twice(Evaluator):
         return Evaluation(reward=1.0)
 
 
+class MySettings(LocalRuntime.Settings):
+    flavour: str = Field("plain", pattern="^(plain|salted)$")
+
+
 class MyRuntime(LocalRuntime):
-    pass
+    Settings = MySettings
+
+    @classmethod
+    def make(cls, settings, **context):
+        made = super().make(settings, **context)
+        made.flavour = settings.flavour
+        return made
+
+
+class MyImages(MyRuntime):
+    in_image, pulls = True, True
+
+    @classmethod
+    def image_ref(cls, image):
+        return "mine://" + image
 
 
 class Reversed(PerRequest):
@@ -79,7 +97,7 @@ def own(tmp_path, monkeypatch):
 
 
 def test_each_registry_lists_its_builtins():
-    assert {"codex", "pi", "shell"} <= set(HARNESSES)  # all of them: test_harness_launch
+    assert {"codex", "pi", "shell"} <= set(HARNESSES)  # all of them: harnesses/test_launch.py
     assert set(RUNTIMES) == {"local", "docker", "apptainer", "image"}
     assert set(BUILDERS) == {"per_request", "prefix_tree"}
     assert {"session_completed", "tests", "swebench"} <= set(EVALUATORS)
@@ -97,7 +115,7 @@ def test_an_unknown_name_is_refused_with_the_known_ones(registry):
 
 def test_a_class_of_your_own_by_import_path(own, tmp_path):
     echo = HARNESSES[f"{own}:Echo"]
-    out = harness_for(HarnessSpec(name=f"{own}:Echo", words=2)).launch(
+    out = HARNESSES.make(f"{own}:Echo", {"words": 2}).launch(
         "one two three", Endpoint(URL, KEY), Inside(tmp_path, tmp_path), 1
     )
     assert echo.name == "echo" and out.argv == ["echo", "one", "two"] and out.env["KEY"] == KEY
@@ -146,7 +164,7 @@ def test_a_stored_spec_does_not_load_its_plugins_again():
 
 def test_the_env_setting_reaches_the_harness_under_its_own_variables(tmp_path):
     spec = HarnessSpec(name="codex", env={"HTTPS_PROXY": "http://corp:3128", "POLAR_API_KEY": "stolen"})
-    out = harness_for(spec).launch("t", Endpoint(URL, KEY), Inside(tmp_path, tmp_path), 1)
+    out = HARNESSES.make(spec.name, spec.options).launch("t", Endpoint(URL, KEY), Inside(tmp_path, tmp_path), 1)
     assert out.env["HTTPS_PROXY"] == "http://corp:3128"
     assert out.env["POLAR_API_KEY"] == KEY  # the harness's own variables win
 
@@ -158,3 +176,38 @@ def test_a_node_builds_the_runtime_a_task_names(tmp_path):
         assert Path(rt.work).is_dir() and not rt.sandboxed
     finally:
         asyncio.run(rt.stop())
+
+
+def test_a_runtime_of_your_own_gets_what_a_builtin_gets(own, tmp_path):
+    """Its settings checked at submit by its own model, handed to it when a node makes it, and its image
+    rules read by the dataset loader, exactly as for `docker`."""
+    from nemo_polar.tasks.dataset import TaskRow
+
+    with pytest.raises(ValidationError, match=r"runtime.flavour"):
+        TaskSpec.model_validate(
+            {"instruction": "x", "harness": {"name": "pi"}, "runtime": {"kind": f"{own}:MyRuntime", "flavour": "sour"}}
+        )
+    with pytest.raises(ValidationError, match=r"not a setting of runtime .*its settings: sandbox, flavour"):
+        RuntimeSpec(kind=f"{own}:MyRuntime", cpus=2)
+    spec = RuntimeSpec(kind=f"{own}:MyRuntime", flavour="salted", sandbox=False)
+    assert make_runtime(spec, tmp_path, "s1", URL).flavour == "salted"
+    row = TaskRow.parse(
+        {
+            "instance_id": "r1",
+            "problem_statement": "fix",
+            "repo": "o/r",
+            "base_commit": "abc",
+            "FAIL_TO_PASS": ["t"],
+            "image": "repo/img:1",
+        },
+        "row",
+    )
+    assert row.runtime({"kind": f"{own}:MyImages"})["image"] == "mine://repo/img:1"
+    assert "image" not in row.runtime({"kind": f"{own}:MyRuntime"})
+
+
+def test_a_runtime_kind_refuses_the_settings_of_another():
+    with pytest.raises(ValidationError, match=r"cpus\n.*not a setting of runtime 'local' \(its settings: sandbox\)"):
+        RuntimeSpec(kind="local", cpus=2)
+    with pytest.raises(ValidationError, match=r"image\n.*Field required"):
+        RuntimeSpec(kind="docker")

@@ -1,4 +1,4 @@
-"""ApptainerRuntime where `apptainer` is installed (its commands: test_runtimes_container.py)."""
+"""ApptainerRuntime where `apptainer` is installed (its commands: test_container.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import shutil
 
 import pytest
 
-from nemo_polar.contracts import RuntimeSpec
-from nemo_polar.runtimes import make_runtime
+from nemo_polar.runtimes import RuntimeSpec
+
+from .build import runtime as make_runtime
 
 needs_apptainer = pytest.mark.skipif(
     shutil.which("apptainer") is None, reason="apptainer is not installed: engine tests need it"

@@ -152,7 +152,7 @@ def test_no_key_in_stored_records_or_traces(proxy, session, tmp_path):
 
 
 def test_the_forwarder_and_the_tunnel_leave_nothing_behind(proxy, tmp_path):
-    from tests.server.test_local_runtime import alive_in_group
+    from tests.runtimes.test_local import alive_in_group
 
     rt = LocalRuntime(tmp_path / "s", proxy_url=proxy.url)
 

@@ -3,7 +3,7 @@ toolchain and our scripts read-only at fixed paths, HOME writable, the agent in 
 directory (the image's own folder, or the task's repo bound there), the task's environment and volumes,
 and for network "proxy" nothing but the forwarder's loopback port, run by the toolchain's Python.
 
-Pure argument construction: no engine needed (the engine tests: test_runtimes_<kind>.py)."""
+Pure argument construction: no engine needed (the engine tests: test_<kind>.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.contracts import RuntimeSpec
-from nemo_polar.runtimes import make_runtime
-from nemo_polar.runtimes.apptainer import exec_argv, instance_name, start_argv, stop_argv
+from nemo_polar.contracts import TaskSpec
+from nemo_polar.runtimes import RuntimeSpec, toolchain
+from nemo_polar.runtimes.apptainer import ApptainerRuntime, exec_argv, instance_name, start_argv, stop_argv
 from nemo_polar.runtimes.base import Bind
 from nemo_polar.runtimes.docker import container_kwargs, image_path
-from nemo_polar.server.gateway import toolchain
+
+from .build import runtime as make_runtime
 
 PROXY = "http://127.0.0.1:8800"
 ENV = {"PATH": "/opt/miniconda3/envs/testbed/bin:/usr/bin:/bin", "PIP_NO_INDEX": "1"}
@@ -76,7 +77,9 @@ def test_a_task_repo_is_bound_at_the_working_directory(kind, tmp_path, no_engine
 
 def test_docker_container(tmp_path, no_engine):
     rt = runtime("docker", tmp_path, workdir="/testbed", env=ENV, cpus=2, memory="2g", gpus=1)
-    kw = container_kwargs(rt.spec, "polar-s1", rt.binds(), rt.forwarded(["sleep", "infinity"], True), "/testbed")
+    kw = container_kwargs(
+        rt.spec, rt.settings, "polar-s1", rt.binds(), rt.forwarded(["sleep", "infinity"], True), "/testbed"
+    )
     assert kw["network_mode"] == "none"  # nothing routable: the proxy only through the socket
     assert kw["volumes"][str(no_engine.resolve())] == {"bind": "/polar/tools", "mode": "ro"}
     assert kw["volumes"][str(rt.home)] == {"bind": "/polar/home", "mode": "rw"}
@@ -94,7 +97,9 @@ def test_docker_container(tmp_path, no_engine):
 @pytest.mark.parametrize(("network", "mode"), [("none", "none"), ("host", "host")])
 def test_docker_without_a_forwarder(tmp_path, no_engine, network, mode):
     rt = runtime("docker", tmp_path, network=network)
-    kw = container_kwargs(rt.spec, "n", rt.binds(), rt.forwarded(["sleep", "infinity"], True), "/polar/work")
+    kw = container_kwargs(
+        rt.spec, rt.settings, "n", rt.binds(), rt.forwarded(["sleep", "infinity"], True), "/polar/work"
+    )
     assert kw["network_mode"] == mode and kw["command"] == ["sleep", "infinity"]
     assert "/polar/proxy" not in str(kw["volumes"]) and "nano_cpus" not in kw and "device_requests" not in kw
 
@@ -108,7 +113,9 @@ def test_docker_path_is_the_tasks_else_the_images():
 
 def test_apptainer_instance_and_exec(tmp_path, no_engine):
     rt = runtime("apptainer", tmp_path, workdir="/testbed", env=ENV, cpus=2, memory="4g", gpus=1)
-    argv = start_argv("apptainer", rt.spec, "polar-s1", rt.binds(), rt.folder / "overlay", "/testbed", ["--fakeroot"])
+    argv = start_argv(
+        "apptainer", rt.spec, rt.settings, "polar-s1", rt.binds(), rt.folder / "overlay", "/testbed", ["--fakeroot"]
+    )
     assert argv[:7] == ["apptainer", "instance", "start", "--containall", "--overlay", str(rt.folder / "overlay"),
                         "--fakeroot"]  # fmt: skip
     assert argv[argv.index("--home") + 1] == f"{rt.home}:/polar/home"
@@ -124,9 +131,8 @@ def test_apptainer_instance_and_exec(tmp_path, no_engine):
     ]  # fmt: skip
     assert stop_argv("apptainer", "polar-s1") == ["apptainer", "instance", "stop", "--force", "polar-s1"]
     assert instance_name("a.b/c") == "polar-a-b-c"
-    host = start_argv(
-        "apptainer", RuntimeSpec(kind="apptainer", image="x.sif", network="host"), "n", [], Path("/o"), "/w"
-    )
+    spec = RuntimeSpec(kind="apptainer", image="x.sif", network="host")
+    host = start_argv("apptainer", spec, ApptainerRuntime.parse_settings(spec.options), "n", [], Path("/o"), "/w")
     assert "--net" not in host
 
 
@@ -174,7 +180,7 @@ def test_invalid_specs_name_the_key(data, names):
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError) as exc:
-        RuntimeSpec.model_validate(data)
+        TaskSpec.model_validate({"instruction": "x", "harness": {"name": "pi"}, "runtime": data})
     assert names in str(exc.value)
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.contracts import RuntimeSpec
 from nemo_polar.errors import SetupFailed
-from nemo_polar.runtimes import TIMEOUT_RC, make_runtime
+from nemo_polar.runtimes import TIMEOUT_RC, RuntimeSpec
 from nemo_polar.runtimes.steps import run_steps
 from nemo_polar.server.gateway import toolchain
 from nemo_polar.server.runtime_check import ROOTFS, leftovers
+
+from .build import runtime as make_runtime
 
 PY = "/polar/tools/python/bin/python3"
 
