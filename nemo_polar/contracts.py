@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from .config import Strict
 from .evaluators import EVALUATORS
 from .harnesses import HARNESSES
-from .runtimes import RuntimeSpec
+from .runtimes.spec import RuntimeSpec
 from .states import SessionState
 from .traces import BUILDERS
 

@@ -15,7 +15,8 @@ from nemo_polar.contracts import STORED, HarnessSpec, TaskSpec
 from nemo_polar.errors import UnknownPlugin
 from nemo_polar.evaluators import EVALUATORS
 from nemo_polar.harnesses import HARNESSES, Endpoint, Inside
-from nemo_polar.runtimes import RUNTIMES, RuntimeSpec
+from nemo_polar.runtimes import RUNTIMES
+from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.traces import BUILDERS, build
 
 from .harnesses.test_launch import KEY, URL

@@ -4,8 +4,9 @@
 
     RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=session_id, proxy_url=proxy_url)
 
-Every runtime gives the session a working copy and a HOME at host paths that mean the same inside,
-runs each command to completion with a deadline, and leaves nothing behind after `stop()`.
+A task's `runtime` block is `spec.RuntimeSpec`. Every runtime gives the session a working copy and a
+HOME at host paths that mean the same inside, runs each command to completion with a deadline, and
+leaves nothing behind after `stop()`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from ..plugins import Registry
 from ..sandbox import TIMEOUT_RC
 from .base import Runtime
-from .spec import RuntimeSpec, Step
+from .spec import RuntimeSpec
 
 RUNTIMES: Registry[Runtime] = Registry(
     "runtime",
@@ -26,4 +27,6 @@ RUNTIMES: Registry[Runtime] = Registry(
     },
 )
 
-__all__ = ["RUNTIMES", "TIMEOUT_RC", "Runtime", "RuntimeSpec", "Step"]
+RuntimeSpec.kinds = RUNTIMES  # the spec checks kinds and their settings here without importing the room
+
+__all__ = ["RUNTIMES", "TIMEOUT_RC", "Runtime"]

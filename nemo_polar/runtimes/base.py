@@ -22,7 +22,6 @@ from ..config import Strict
 from ..plugins import Plugin
 from . import toolchain
 from .inside import forward
-from .spec import inside_path, parse_volume
 
 if TYPE_CHECKING:
     from .spec import RuntimeSpec
@@ -34,6 +33,7 @@ CONTAINER_WORK, CONTAINER_HOME = Path("/polar/work"), Path("/polar/home")
 CONTAINER_TOOLS, CONTAINER_SCRIPTS = Path("/polar/tools"), Path("/polar/scripts")
 IN_SOCKET_DIR, IN_FORWARD = "/polar/proxy", f"/polar/scripts/{FORWARD_SCRIPT.name}"
 HOST_PYTHON = sys.executable
+RESERVED = "/polar"  # where the runtimes mount the session's folders, the toolchain and our scripts
 # the PATH of an image that names none (a root filesystem folder), as Debian's login shells set it
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -116,6 +116,26 @@ class Runtime(Plugin, ABC):
 
     @abstractmethod
     async def stop(self) -> None: ...
+
+
+def inside_path(path: str, what: str) -> str:
+    """`path` when it is absolute, not /, without .., and not under `RESERVED`."""
+    if not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
+        raise ValueError(f"{what}: {path!r} must be an absolute path inside, not / and without ..")
+    if path.rstrip("/") == RESERVED or path.startswith(RESERVED + "/"):
+        raise ValueError(f"{what}: {path!r} is under {RESERVED}, where the runtimes mount their own folders")
+    return path
+
+
+def parse_volume(volume: str) -> tuple[str, str, bool]:
+    """`HOST:INSIDE[:ro|rw]` as (host, inside, writable); read-only unless `:rw`."""
+    parts = volume.split(":")
+    if len(parts) == 2:
+        parts.append("ro")
+    if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[0].startswith("/"):
+        raise ValueError(f"runtime.volumes: {volume!r} is not HOST:INSIDE[:ro|rw] with absolute paths")
+    inside_path(parts[1], "runtime.volumes")
+    return parts[0], parts[1], parts[2] == "rw"
 
 
 class ContainerSettings(Strict):

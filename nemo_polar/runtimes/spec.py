@@ -8,13 +8,13 @@ when the task is submitted, like a harness's (`docker`'s `image` and `cpus`, `lo
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..config import Strict
+from ..plugins import Registry
 
-RESERVED = "/polar"  # where the runtimes mount the session's folders, the toolchain and our scripts
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -41,6 +41,8 @@ class RuntimeSpec(BaseModel):
     not validated again (`contracts.STORED`)."""
 
     model_config = ConfigDict(extra="allow")
+    kinds: ClassVar[Registry[Any]]  # runtimes.RUNTIMES, set by the room that imports this module
+
 
     kind: str = Field("local", description="local, docker, apptainer, image, or 'package.module:Class'")
     repo: str | None = Field(None, description="a folder copied as the session's working copy")
@@ -60,9 +62,7 @@ class RuntimeSpec(BaseModel):
     @field_validator("kind")
     @classmethod
     def _known(cls, kind: str) -> str:
-        from . import RUNTIMES  # here, not at the top: the room's modules import this one
-
-        return RUNTIMES.check(kind)
+        return RuntimeSpec.kinds.check(kind)
 
     @field_validator("env")
     @classmethod
@@ -83,35 +83,11 @@ class RuntimeSpec(BaseModel):
     def sandboxed(self) -> bool:
         """Whether its kind, with these settings, runs the session in a sandbox (`local` with sandbox
         false does not), as its class says (`Runtime.sandboxes`)."""
-        from . import RUNTIMES
-
-        cls = RUNTIMES[self.kind]
+        cls = self.kinds[self.kind]
         return cls.sandboxes(cls.parse_settings(self.options))
 
     @model_validator(mode="after")
     def _settings_fit(self, info: ValidationInfo) -> RuntimeSpec:
         if not (info.context and info.context.get("stored")):
-            from . import RUNTIMES
-
-            RUNTIMES.validate(self.kind, self.options)
+            RuntimeSpec.kinds.validate(self.kind, self.options)
         return self
-
-
-def inside_path(path: str, what: str) -> str:
-    """`path` when it is absolute, not /, without .., and not under `RESERVED`."""
-    if not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
-        raise ValueError(f"{what}: {path!r} must be an absolute path inside, not / and without ..")
-    if path.rstrip("/") == RESERVED or path.startswith(RESERVED + "/"):
-        raise ValueError(f"{what}: {path!r} is under {RESERVED}, where the runtimes mount their own folders")
-    return path
-
-
-def parse_volume(volume: str) -> tuple[str, str, bool]:
-    """`HOST:INSIDE[:ro|rw]` as (host, inside, writable); read-only unless `:rw`."""
-    parts = volume.split(":")
-    if len(parts) == 2:
-        parts.append("ro")
-    if len(parts) != 3 or parts[2] not in ("ro", "rw") or not parts[0].startswith("/"):
-        raise ValueError(f"runtime.volumes: {volume!r} is not HOST:INSIDE[:ro|rw] with absolute paths")
-    inside_path(parts[1], "runtime.volumes")
-    return parts[0], parts[1], parts[2] == "rw"

@@ -23,7 +23,8 @@ from pydantic import Field
 from ..contracts import TaskSpec
 from ..errors import ConfigError
 from ..evaluators.row import EvalRow
-from ..runtimes import RUNTIMES, RuntimeSpec
+from ..runtimes import RUNTIMES
+from ..runtimes.spec import RuntimeSpec
 
 # How SWE-bench's instance images are laid out (swebench.harness: the repository at /testbed, its
 # environment the conda env `testbed`); SWE-Gym's images are built the same way.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nemo_polar.runtimes import RUNTIMES, Runtime, RuntimeSpec
+from nemo_polar.runtimes import RUNTIMES, Runtime
+from nemo_polar.runtimes.spec import RuntimeSpec
 
 
 def runtime(spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Runtime:

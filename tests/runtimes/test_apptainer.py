@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from nemo_polar.runtimes import RuntimeSpec
+from nemo_polar.runtimes.spec import RuntimeSpec
 
 from .build import runtime as make_runtime
 

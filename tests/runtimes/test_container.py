@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.contracts import TaskSpec
-from nemo_polar.runtimes import RuntimeSpec, toolchain
+from nemo_polar.runtimes import toolchain
 from nemo_polar.runtimes.apptainer import ApptainerRuntime, exec_argv, instance_name, start_argv, stop_argv
 from nemo_polar.runtimes.base import Bind
 from nemo_polar.runtimes.docker import container_kwargs, image_path
+from nemo_polar.runtimes.spec import RuntimeSpec
 
 from .build import runtime as make_runtime
 

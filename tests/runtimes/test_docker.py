@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
-from nemo_polar.runtimes import TIMEOUT_RC, RuntimeSpec
+from nemo_polar.runtimes import TIMEOUT_RC
 from nemo_polar.runtimes.docker import container_name, exec_argv
+from nemo_polar.runtimes.spec import RuntimeSpec
 
 from .build import runtime as make_runtime
 

@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from nemo_polar.contracts import TaskSpec
-from nemo_polar.runtimes import RuntimeSpec
 from nemo_polar.runtimes.base import inside_url, proxy_address
 from nemo_polar.runtimes.local import LocalRuntime
+from nemo_polar.runtimes.spec import RuntimeSpec
 
 from .build import runtime as make_runtime
 

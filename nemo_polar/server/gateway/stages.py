@@ -33,7 +33,8 @@ from ...harnesses.install import check_install
 from ...harnesses.logs import keep_logs
 from ...records import Session as ProxySession
 from ...rollup import rollup
-from ...runtimes import RUNTIMES, TIMEOUT_RC, Runtime, RuntimeSpec
+from ...runtimes import RUNTIMES, TIMEOUT_RC, Runtime
+from ...runtimes.spec import RuntimeSpec
 from ...runtimes.steps import run_steps
 from ...states import SessionState
 from ...traces import build
