@@ -113,7 +113,7 @@ def test_a_wrong_group_key_fails_with_its_name(override, key):
     "group,model",
     [
         ("harness", "nemo_polar.contracts:HarnessSpec"),
-        ("runtime", "nemo_polar.contracts:RuntimeSpec"),
+        ("runtime", "nemo_polar.runtimes.spec:RuntimeSpec"),
         ("evaluator", "nemo_polar.contracts:EvaluatorSpec"),
         ("builder", "nemo_polar.server.up:BuilderConfig"),
         ("dataset", "nemo_polar.server.up:DatasetConfig"),
