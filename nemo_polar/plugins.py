@@ -1,8 +1,10 @@
 """The one plug-in pattern, for harnesses, runtimes, trace builders and evaluators.
 
 Each kind is a room of its own at the top of the package (`harnesses/`, `runtimes/`, `evaluators/`,
-`traces/`) with its base class (a `Plugin`), its built-ins, and its registry: a table from name to
-`"module:Class"`, declared in the room's `__init__.py`. This module is below them all and imports none.
+`traces/builders.py`) with its base class (a `Plugin`), its built-ins, and its registry, declared in
+the room's `__init__.py`. The built-ins are the room's classes that set a `name`, found by reading the
+room's source, not by importing it: a new built-in is its module and nothing else. This module is
+below the rooms and imports none of them.
 
 A task names a plug-in by a registered name or as `"package.module:Class"` (a subclass of the kind's
 base, from a module of the user's own). The plug-in's options are validated by its own `Settings`
@@ -17,9 +19,13 @@ for it; a name is checked without importing anything (`Registry.check`).
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import sys
 import threading
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from pydantic import ValidationError
@@ -70,12 +76,29 @@ class Registry(Mapping[str, type[P]], Generic[P]):
     """Name -> class for one kind of plug-in; `registry[name]` loads (and caches) the class, and also
     takes `"package.module:Class"`. Iterating gives the built-in names."""
 
-    def __init__(self, kind: str, base: type[P], builtins: dict[str, str]):
+    def __init__(self, kind: str, base: type[P], room: str):
         self.kind = kind  # "harness", ...
         self.base = base
-        self._builtins = builtins
+        self.room = room  # the package (or module) whose classes with a `name` are the built-ins
         self._loaded: dict[str, type[P]] = {}
         self._lock = threading.Lock()
+
+    @functools.cached_property
+    def _builtins(self) -> dict[str, str]:
+        """name -> "module:Class" for each class of the room that sets `name = "..."`."""
+        module = sys.modules[self.room]  # the room is being imported: its registry is declared there
+        if hasattr(module, "__path__"):
+            files = sorted(f for d in module.__path__ for f in Path(d).glob("[!_]*.py"))
+            where = {f: f"{self.room}.{f.stem}" for f in files}
+        else:
+            where = {Path(module.__file__): self.room}
+        found: dict[str, str] = {}
+        for path, dotted in where.items():
+            for name, cls in named_classes(path.read_text()):
+                if name in found:
+                    raise ValueError(f"{self.kind} {name!r} is both {found[name]} and {dotted}:{cls}")
+                found[name] = f"{dotted}:{cls}"
+        return found
 
     def check(self, name: str) -> str:
         """`name` when it is registered or has the `package.module:Class` form; never imports anything."""
@@ -141,6 +164,20 @@ class Registry(Mapping[str, type[P]], Generic[P]):
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             raise UnknownPlugin(f"{self.kind} {where} is not a {self.base.__name__}")
         return cls
+
+
+def named_classes(source: str) -> Iterator[tuple[str, str]]:
+    """(name, class) for each top-level class of `source` whose body sets `name = "<text>"`."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if (
+                    isinstance(item, ast.Assign)
+                    and [getattr(t, "id", None) for t in item.targets] == ["name"]
+                    and isinstance(item.value, ast.Constant)
+                    and isinstance(item.value.value, str)
+                ):
+                    yield item.value.value, node.name
 
 
 def _is_path(name: str) -> bool:

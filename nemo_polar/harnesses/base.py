@@ -25,7 +25,7 @@ from pydantic import Field
 from ..config import Strict
 from ..plugins import Plugin
 from ..runtimes.base import Inside
-from .versions import PINS, Pin
+from .versions import Pin
 
 
 @dataclass
@@ -66,12 +66,9 @@ class Harness(Plugin, ABC):
     # the harness's own logs and transcripts, as globs under its HOME: kept with the session's logs
     log_files: tuple[str, ...] = ()
     Settings: ClassVar[type[HarnessSettings]] = HarnessSettings  # type: ignore[assignment]
+    # the version set-up installs and a node checks (versions.py reads it from here); None: nothing to check
+    pin: ClassVar[Pin | None] = None
     settings: HarnessSettings
-
-    @property
-    def pin(self) -> Pin | None:
-        """The version it must be installed at (harnesses/versions.py); None: nothing to check."""
-        return PINS.get(self.name)
 
     @abstractmethod
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from .base import Endpoint, Harness, Inside, Launch
+from .versions import Pin
 
 
 class ClaudeCode(Harness):
     name = "claude_code"
+    # the newest releases need node >= 22; this is the newest that runs on node 20
+    pin = Pin("@anthropic-ai/claude-code", "2.1.197", "npm")
     dialects = ("anthropic",)
     log_files = (".claude/projects/**/*.jsonl",)
 

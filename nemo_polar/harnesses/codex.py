@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from .base import Endpoint, Harness, Inside, Launch
+from .versions import Pin
 
 
 class Codex(Harness):
     name = "codex"
+    pin = Pin("@openai/codex", "0.169.0", "npm")
     dialects = ("openai_responses",)
     log_files = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from .base import Endpoint, Harness, Inside, Launch, dump
+from .versions import Pin
 
 
 class GeminiCli(Harness):
     name = "gemini_cli"
+    pin = Pin("@google/gemini-cli", "0.61.0", "npm")
     dialects = ("gemini",)
     log_files = (".gemini/tmp/**/*.json", ".gemini/tmp/**/*.jsonl")
 

@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..errors import HarnessNotInstalled
+from ..runtimes import toolchain
 from . import base
 from .versions import Pin
 
@@ -34,7 +35,7 @@ def where(pin: Pin, tools: Path) -> Path:
 
 def installed_version(pin: Pin, tools: Path | None = None) -> str | None:
     """The installed version of `pin.package` in the toolchain `tools`, or None when it is not there."""
-    path = where(pin, tools or base.TOOLS)
+    path = where(pin, tools or toolchain.TOOLS)
     if pin.kind == "npm":
         try:
             return str(json.loads(path.read_text())["version"])
@@ -61,7 +62,7 @@ def check_install(harness: base.Harness, tools: Path | None = None) -> str:
     pin = harness.pin
     if pin is None:
         return ""
-    tools = tools or base.TOOLS
+    tools = tools or toolchain.TOOLS
     key = (harness.name, tools)
     with _lock:
         if key in _checked:

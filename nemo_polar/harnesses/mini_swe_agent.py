@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from ..runtimes.toolchain import PYTHON
 from .base import Endpoint, Harness, Inside, Launch
+from .versions import Pin
 
 
 class MiniSweAgent(Harness):
     name = "mini_swe_agent"
+    # litellm needs mcp, or a run retries forever on "No module named 'mcp'"
+    pin = Pin("mini-swe-agent", "2.4.6", "pip", "python", "mini", ("litellm==1.106.2", "mcp==2.3.0"))
     dialects = ("openai_chat",)
     log_files = ("trajectory.json",)
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from ..runtimes.toolchain import OPENHANDS_PYTHON, SCRIPTS
 from .base import Endpoint, Harness, Inside, Launch
+from .versions import Pin
 
 RUNNER = SCRIPTS / "openhands_runner.py"  # run from the in-sandbox scripts folder
 
 
 class OpenHands(Harness):
     name = "openhands"
+    pin = Pin("openhands-sdk", "1.34.0", "pip", "openhands", extra=("openhands-tools==1.34.0", "litellm==1.106.2"))
     dialects = ("openai_chat",)
     log_files = (".openhands/conversations/**/*.json",)
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from .base import Endpoint, Harness, HarnessSettings, Inside, Launch, dump
+from .versions import Pin
 
 API = {
     "openai_chat": "openai-completions",
@@ -31,6 +32,7 @@ class PiSettings(HarnessSettings):
 
 class Pi(Harness):
     name = "pi"
+    pin = Pin("@mariozechner/pi-coding-agent", "0.73.1", "npm")
     dialects = tuple(API)
     Settings = PiSettings
     settings: PiSettings

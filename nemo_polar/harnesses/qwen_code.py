@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from .base import Endpoint, Harness, Inside, Launch, dump
+from .versions import Pin
 
 
 class QwenCode(Harness):
     name = "qwen_code"
+    # the newest releases need node >= 22; this is the newest that runs on node 20
+    pin = Pin("@qwen-code/qwen-code", "0.15.10", "npm")
     dialects = ("openai_chat",)
     log_files = (".qwen/tmp/**/*.json", ".qwen/tmp/**/*.jsonl")
 

@@ -1,7 +1,8 @@
-"""The pinned version of every harness: the one place. scripts/setup.sh installs exactly these and a
-gateway node checks each harness against them before its first session (`install.check_install`).
+"""The pinned version of every harness. Each adapter states its own (`pin = Pin(...)` in its class, the
+one place); scripts/setup.sh installs exactly these, read here from the adapters' source, and a gateway
+node checks each harness against them before its first session (`install.check_install`).
 
-Standard library only, so set-up can read it before any environment exists:
+Standard library only, so set-up can read the pins before any environment exists:
 
     python3 nemo_polar/harnesses/versions.py npm              # pkg@version ...
     python3 nemo_polar/harnesses/versions.py pip mini_swe_agent  # pkg==version ...
@@ -9,8 +10,10 @@ Standard library only, so set-up can read it before any environment exists:
 
 from __future__ import annotations
 
+import ast
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -32,19 +35,32 @@ class Pin:
         return f"{self.package}@{self.version}" if self.kind == "npm" else f"{self.package}=={self.version}"
 
 
-PINS: dict[str, Pin] = {
-    "codex": Pin("@openai/codex", "0.169.0", "npm"),
-    # the newest releases of these two need node >= 22; these are the newest that run on node 20
-    "claude_code": Pin("@anthropic-ai/claude-code", "2.1.197", "npm"),
-    "qwen_code": Pin("@qwen-code/qwen-code", "0.15.10", "npm"),
-    "pi": Pin("@mariozechner/pi-coding-agent", "0.73.1", "npm"),
-    "gemini_cli": Pin("@google/gemini-cli", "0.61.0", "npm"),
-    # litellm needs mcp, or a run retries forever on "No module named 'mcp'"
-    "mini_swe_agent": Pin("mini-swe-agent", "2.4.6", "pip", "python", "mini", ("litellm==1.106.2", "mcp==2.3.0")),
-    "openhands": Pin(
-        "openhands-sdk", "1.34.0", "pip", "openhands", extra=("openhands-tools==1.34.0", "litellm==1.106.2")
-    ),
-}
+ADAPTERS = Path(__file__).resolve().parent
+
+
+def read_pins(folder: Path = ADAPTERS) -> dict[str, Pin]:
+    """harness name -> its `pin`, from the source of the adapters in `folder` (without importing them)."""
+    pins: dict[str, Pin] = {}
+    for path in sorted(folder.glob("[!_]*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            values = {
+                t.id: item.value
+                for item in node.body
+                if isinstance(item, ast.Assign)
+                for t in item.targets
+                if isinstance(t, ast.Name)
+            }
+            call = values.get("pin")
+            if isinstance(call, ast.Call) and isinstance(values.get("name"), ast.Constant):
+                args = [ast.literal_eval(a) for a in call.args]
+                kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+                pins[values["name"].value] = Pin(*args, **kwargs)
+    return pins
+
+
+PINS = read_pins()
 
 
 def specs(kind: str, harness: str | None = None) -> list[str]:

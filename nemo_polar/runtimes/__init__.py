@@ -1,6 +1,6 @@
 """Where a session's commands run: `local` (bubblewrap or plain processes), `docker`, `apptainer`,
-`image` (a root filesystem folder under bubblewrap), or a `Runtime` subclass of your own named as
-`"package.module:Class"`. A node makes one per session:
+`image` (a root filesystem folder under bubblewrap), one module each (its `Runtime` class with a
+`name` is the registration), or a subclass of your own named as `"package.module:Class"`. A node makes one per session:
 
     RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=session_id, proxy_url=proxy_url)
 
@@ -16,17 +16,7 @@ from ..sandbox import TIMEOUT_RC
 from .base import Runtime
 from .spec import RuntimeSpec
 
-RUNTIMES: Registry[Runtime] = Registry(
-    "runtime",
-    Runtime,
-    {
-        "local": f"{__name__}.local:LocalRuntime",
-        "docker": f"{__name__}.docker:DockerRuntime",  # the `docker` extra
-        "apptainer": f"{__name__}.apptainer:ApptainerRuntime",
-        "image": f"{__name__}.image:ImageRuntime",  # a root filesystem folder under bubblewrap
-    },
-)
-
+RUNTIMES: Registry[Runtime] = Registry("runtime", Runtime, __name__)
 RuntimeSpec.kinds = RUNTIMES  # the spec checks kinds and their settings here without importing the room
 
 __all__ = ["RUNTIMES", "TIMEOUT_RC", "Runtime"]

@@ -78,6 +78,7 @@ def stop_argv(binary: str, name: str) -> list[str]:
 
 
 class ApptainerRuntime(ContainerRuntime):
+    name = "apptainer"
     Settings = EngineSettings
     pulls = True
 
@@ -93,7 +94,7 @@ class ApptainerRuntime(ContainerRuntime):
         if binary is None:
             raise RuntimeError("runtime.kind apptainer: no `apptainer` on PATH (or set POLAR_APPTAINER_BIN)")
         super().__init__(spec, settings, root, session_id, proxy_url)
-        self.binary, self.name, self.overlay = binary, instance_name(session_id), self.folder / "overlay"
+        self.binary, self.instance, self.overlay = binary, instance_name(session_id), self.folder / "overlay"
         self.started = False
         self.forwarder: asyncio.subprocess.Process | None = None
         self.groups = ProcessGroups()
@@ -111,7 +112,7 @@ class ApptainerRuntime(ContainerRuntime):
                 self.binary,
                 self.spec,
                 self.settings,
-                self.name,
+                self.instance,
                 self.binds(),
                 self.overlay,
                 str(self.inside_work),
@@ -132,7 +133,7 @@ class ApptainerRuntime(ContainerRuntime):
 
     async def _start_forwarder(self) -> None:
         inner = self.forwarded(["sleep", "infinity"], ready=True)
-        argv = exec_argv(self.binary, self.name, inner, {}, str(self.inside_work))
+        argv = exec_argv(self.binary, self.instance, inner, {}, str(self.inside_work))
         proc = await asyncio.create_subprocess_exec(
             *argv, env=self._env(), start_new_session=True, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -153,7 +154,7 @@ class ApptainerRuntime(ContainerRuntime):
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
-        full = exec_argv(self.binary, self.name, argv, self.spec.env | (env or {}), str(self.inside_work))
+        full = exec_argv(self.binary, self.instance, argv, self.spec.env | (env or {}), str(self.inside_work))
         return await self.groups.run(full, self._env(), None, timeout)
 
     async def stop(self) -> None:
@@ -165,7 +166,7 @@ class ApptainerRuntime(ContainerRuntime):
                 self.forwarder = None
             if self.started:
                 self.started = False
-                await run_group(stop_argv(self.binary, self.name), self._env(), None, 60)
+                await run_group(stop_argv(self.binary, self.instance), self._env(), None, 60)
         finally:
             if self.tunnel is not None:
                 await self.tunnel.stop()

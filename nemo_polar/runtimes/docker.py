@@ -76,6 +76,7 @@ def exec_argv(argv: list[str], timeout: float | None) -> list[str]:
 
 
 class DockerRuntime(ContainerRuntime):
+    name = "docker"
     Settings = EngineSettings
     pulls = True
 
@@ -85,7 +86,7 @@ class DockerRuntime(ContainerRuntime):
         import docker  # the `docker` extra
 
         super().__init__(spec, settings, root, session_id, proxy_url)
-        self.name = container_name(session_id)
+        self.instance = container_name(session_id)
         self.client = docker.from_env()
         self.container = None
 
@@ -99,7 +100,7 @@ class DockerRuntime(ContainerRuntime):
             await self._prepare()
             command = self.forwarded(["sleep", "infinity"], ready=True)
             kwargs = container_kwargs(
-                self.spec, self.settings, self.name, self.binds(), command, str(self.inside_work), self.user
+                self.spec, self.settings, self.instance, self.binds(), command, str(self.inside_work), self.user
             )
             self.container = await asyncio.to_thread(self.client.containers.run, **kwargs)
             if self.tunnel is not None:
@@ -122,7 +123,7 @@ class DockerRuntime(ContainerRuntime):
                     f"scripts/setup.sh mini, or the image's python3): {logs[-2000:]}"
                 )
             time.sleep(0.05)
-        raise TimeoutError(f"the proxy forwarder in {self.name} was not ready after {START_TIMEOUT_S:.0f} s")
+        raise TimeoutError(f"the proxy forwarder in {self.instance} was not ready after {START_TIMEOUT_S:.0f} s")
 
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
@@ -155,7 +156,7 @@ class DockerRuntime(ContainerRuntime):
                     await asyncio.to_thread(_hand_back, container, f"{os.getuid()}:{os.getgid()}")
                 await asyncio.to_thread(_remove, container)
             else:  # a start that failed before `run` returned may still have created it
-                await asyncio.to_thread(_remove_by_name, self.client, self.name)
+                await asyncio.to_thread(_remove_by_name, self.client, self.instance)
         finally:
             if self.tunnel is not None:
                 await self.tunnel.stop()

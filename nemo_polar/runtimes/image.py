@@ -61,6 +61,7 @@ class ImageSettings(ContainerSettings):
 
 
 class ImageRuntime(ContainerRuntime):
+    name = "image"
     Settings = ImageSettings
 
     def __init__(

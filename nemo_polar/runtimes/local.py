@@ -49,6 +49,8 @@ class LocalSettings(Strict):
 class LocalRuntime(Runtime):
     """This machine: a copy of `repo` in the session's folder, under bubblewrap where present."""
 
+    name = "local"
+
     Settings = LocalSettings
 
     @classmethod

@@ -43,7 +43,6 @@ class RuntimeSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
     kinds: ClassVar[Registry[Any]]  # runtimes.RUNTIMES, set by the room that imports this module
 
-
     kind: str = Field("local", description="local, docker, apptainer, image, or 'package.module:Class'")
     repo: str | None = Field(None, description="a folder copied as the session's working copy")
     env: dict[str, str] = Field(

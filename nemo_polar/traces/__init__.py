@@ -7,15 +7,12 @@ from collections import Counter
 
 from ..plugins import Registry
 from ..records import CompletionRecord
+from . import builders
 from .builders import Builder, trainable
 from .drift import common_prefix
 from .models import BuildResult, BuildStats, DriftEvent, Segment, Trace
 
-BUILDERS: Registry[Builder] = Registry(
-    "builder",
-    Builder,
-    {"per_request": f"{__name__}.builders:PerRequest", "prefix_tree": f"{__name__}.builders:PrefixTree"},
-)
+BUILDERS: Registry[Builder] = Registry("builder", Builder, builders.__name__)
 
 
 def build(

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
-from nemo_polar.harnesses import HARNESSES, base, install
+from nemo_polar.harnesses import HARNESSES, install
 from nemo_polar.harnesses.install import HarnessNotInstalled, check_install, installed_version
 from nemo_polar.harnesses.pi import Pi
 from nemo_polar.harnesses.shell import Shell
 from nemo_polar.harnesses.versions import PINS, Pin
+from nemo_polar.runtimes import toolchain
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 from nemo_polar.states import SessionState
@@ -48,7 +49,9 @@ def venv_package(deps: Path, venv: str, dist: str, version: str) -> None:
 
 def test_every_bundled_harness_but_shell_has_a_pin():
     assert set(PINS) == set(HARNESSES) - {"shell"}
-    assert Pi().pin is PINS["pi"] and Shell(command="true").pin is None
+    # what set-up reads from the adapters' source is what the classes say
+    assert all(HARNESSES[name].pin == pin for name, pin in PINS.items())
+    assert Pi().pin == PINS["pi"] and Shell(command="true").pin is None
 
 
 def test_setup_reads_the_same_pins():
@@ -107,7 +110,7 @@ def test_a_success_is_cached_and_a_failure_is_not(tmp_path):
 
 
 def test_a_session_whose_harness_is_not_installed_is_masked(proxy, tmp_path, monkeypatch):
-    monkeypatch.setattr(base, "TOOLS", tmp_path / "no-deps")
+    monkeypatch.setattr(toolchain, "TOOLS", tmp_path / "no-deps")
     results: list[SessionResult] = []
 
     async def on_result(result: SessionResult) -> None:

@@ -60,7 +60,7 @@ def test_a_container_session_reaches_only_the_proxy_and_goes_away(proxy, tmp_pat
     assert wrote == (0, "hi\n", "")
     assert slow[0] == TIMEOUT_RC
     assert not rt.folder.exists()
-    assert not docker.from_env().containers.list(all=True, filters={"name": rt.name})
+    assert not docker.from_env().containers.list(all=True, filters={"name": rt.instance})
 
 
 @needs_engine
