@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from nemo_polar.harnesses import HARNESSES
-from nemo_polar.harnesses.base import TOOLS
 from nemo_polar.harnesses.install import check_install
+from nemo_polar.runtimes.toolchain import TOOLS
 
 from .conftest import run_harness
 

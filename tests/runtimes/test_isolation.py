@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.runtimes import LocalRuntime
+from nemo_polar.runtimes.local import LocalRuntime
 from nemo_polar.traces import build
 from nemo_polar.traces.export import write_jsonl
 from tests.conftest import make_proxy, records
