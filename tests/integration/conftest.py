@@ -14,7 +14,8 @@ from nemo_polar.harnesses import Endpoint, Harness
 from nemo_polar.local.vllm_server import TINY_MODEL
 from nemo_polar.proxy.serve import ProxyThread
 from nemo_polar.records import CompletionRecord
-from nemo_polar.runtimes import TIMEOUT_RC, LocalRuntime
+from nemo_polar.runtimes import TIMEOUT_RC
+from nemo_polar.runtimes.local import LocalRuntime
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nemo_polar.runtimes import TIMEOUT_RC, LocalRuntime
+from nemo_polar.runtimes import TIMEOUT_RC
+from nemo_polar.runtimes.local import LocalRuntime
 
 needs_bwrap = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="bubblewrap not installed (apt-get install bubblewrap)"
