@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from nemo_polar.bench import merge
-from nemo_polar.bench.merge import linear_chains
+from nemo_polar.bench import merge, merge_corpus, merge_report
+from nemo_polar.bench.linear_chain import linear_chains
 from nemo_polar.records import CompletionRecord, Session, UpstreamInfo
 from nemo_polar.traces import trie_size, unique_tokens
 from nemo_polar.traces.models import Segment, Trace
@@ -132,24 +132,26 @@ def test_trie_size_counts_like_unique_tokens():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return merge.qwen_tokenizer()
+    return merge_corpus.qwen_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def cases(tokenizer):
-    return merge.generate(3, 0, tokenizer)
+    return merge_corpus.generate(3, 0, tokenizer)
 
 
 @pytest.fixture(scope="module")
 def report(cases):
-    return merge.report([merge.measure(c) for c in cases])
+    return merge_report.report([merge.measure(c) for c in cases])
 
 
 def test_plans_are_deterministic_and_within_the_brief():
-    plans = [merge.plan(i, 7) for i in range(12)]
-    assert plans == [merge.plan(i, 7) for i in range(12)]
-    assert plans != [merge.plan(i, 8) for i in range(12)]
-    assert {p.template for p in plans} == set(merge.TEMPLATES) and {p.habit for p in plans} == set(merge.HABITS)
+    plans = [merge_corpus.plan(i, 7) for i in range(12)]
+    assert plans == [merge_corpus.plan(i, 7) for i in range(12)]
+    assert plans != [merge_corpus.plan(i, 8) for i in range(12)]
+    assert {p.template for p in plans} == set(merge_corpus.TEMPLATES) and {p.habit for p in plans} == set(
+        merge_corpus.HABITS
+    )
     for p in plans:
         assert 30 <= p.turns <= 100
         assert len(p.sub_calls) <= 2 and sum(map(len, p.launches.values())) == len(p.sub_calls)
@@ -159,24 +161,24 @@ def test_plans_are_deterministic_and_within_the_brief():
 
 def test_generated_sessions_follow_their_plan(cases):
     for i, case in enumerate(cases):
-        p = merge.plan(i, 0)
+        p = merge_corpus.plan(i, 0)
         records = case.records
-        assert case.template == merge.TEMPLATES[i] and case.turns == p.turns
+        assert case.template == merge_corpus.TEMPLATES[i] and case.turns == p.turns
         assert len(records) == p.turns + sum(p.sub_calls.values())
         assert [r.seq for r in records] == list(range(len(records)))
         assert all(r.trainable and r.session_id == p.session_id for r in records)
         systems = [r.native_request["messages"][0]["content"] for r in records]
-        agents = sum(merge.SUB_SYSTEM in s for s in systems)
+        agents = sum(merge_corpus.SUB_SYSTEM in s for s in systems)
         assert agents == sum(p.sub_calls.values())
         # a sub-agent's calls arrive after the main call that launched it, before the one after its report
-        main_seq = [r.seq for r, s in zip(records, systems, strict=True) if merge.MAIN_SYSTEM in s]
+        main_seq = [r.seq for r, s in zip(records, systems, strict=True) if merge_corpus.MAIN_SYSTEM in s]
         for t, names in p.launches.items():
             report = next(r for r, ns in p.reports.items() if set(names) & set(ns))
             subs = [r.seq for r in records if any(f"Find {n}" in str(r.native_request) for n in names)]
-            subs = [q for q in subs if merge.SUB_SYSTEM in systems[q]]
+            subs = [q for q in subs if merge_corpus.SUB_SYSTEM in systems[q]]
             assert main_seq[t] < min(subs) and max(subs) < main_seq[report + 1]
         if case.compactions:
-            assert any(merge.SUMMARIZE in str(r.native_request) for r in records)
+            assert any(merge_corpus.SUMMARIZE in str(r.native_request) for r in records)
 
 
 def test_piece_encoding_is_the_tokenizer_s_encoding(cases, tokenizer):
@@ -221,15 +223,15 @@ def test_report_is_one_consistent_json_object(report, cases):
     assert tree["roots"] <= tree["samples"] <= pr["samples"]
     assert lin["false_forks"] == lin["samples"] - corpus["real_chains"]
     per_template = report["per_template"]
-    assert set(per_template) == set(merge.TEMPLATES)
-    for builder in merge.BUILDERS:
+    assert set(per_template) == set(merge_corpus.TEMPLATES)
+    for builder in merge_report.BUILDERS:
         assert sum(g[f"{builder}_samples"] for g in per_template.values()) == b[builder]["samples"]
     assert sum(g["false_forks"] for g in per_template.values()) == ff
     assert report["by_source"]["generated"]["prefix_tree"] == {
         k: tree[k] for k in report["by_source"]["generated"]["prefix_tree"]
     }
     for key, met in report["targets_met"].items():
-        op, target = merge.TARGETS[key]
+        op, target = merge_report.TARGETS[key]
         assert met == {">=": report[key] >= target, "<=": report[key] <= target, "==": report[key] == target}[op]
 
 
@@ -270,7 +272,7 @@ def test_a_missing_store_is_an_error_not_an_empty_corpus(tmp_path):
 
 def test_run_is_the_report_of_its_corpus(cases):
     out = merge.run(sessions=1, seed=0)
-    again = merge.report([merge.measure(cases[0])])
+    again = merge_report.report([merge.measure(cases[0])])
     for key in ("samples_ratio", "trained_over_unique", "false_forks", "corpus", "per_template"):
         assert out[key] == again[key]
-    assert set(out["seconds"]) == {"generate", "total", *merge.BUILDERS}
+    assert set(out["seconds"]) == {"generate", "total", *merge_report.BUILDERS}

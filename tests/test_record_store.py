@@ -9,7 +9,7 @@ import sqlite3
 import orjson
 import pytest
 
-from nemo_polar.bench.merge import generate, qwen_tokenizer
+from nemo_polar.bench.merge_corpus import generate, qwen_tokenizer
 from nemo_polar.migrations import migrate, version
 from nemo_polar.record_codec import KEY_PATTERN, REDACTED, Encoder, StoredRecordError, unsqueeze
 from nemo_polar.records import CompletionRecord, UpstreamInfo

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from nemo_polar.bench.fake_upstream import FakeUpstream, FakeUpstreamThread
 from nemo_polar.errors import RequestInvalid
-from nemo_polar.proxy.dialects.openai_responses import OpenAIResponses, encode_reasoning
+from nemo_polar.proxy.dialects.openai_responses import OpenAIResponses
+from nemo_polar.proxy.dialects.openai_responses_output import encode_reasoning
 from tests.conftest import make_proxy, records
 
 TOOLS = [

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(qwen_tokenizer_dir() is None, reason="the Qwen t
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from nemo_polar.bench.merge import generate, qwen_tokenizer
+    from nemo_polar.bench.merge_corpus import generate, qwen_tokenizer
 
     case = generate(3, 0, qwen_tokenizer())[2]
     path = tmp_path_factory.mktemp("store") / "records.sqlite"
