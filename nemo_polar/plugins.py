@@ -120,8 +120,8 @@ BUILDERS: Registry[Builder] = Registry(
     "builder",
     "nemo_polar.traces.builders:Builder",
     {
+        "prefix_tree": "nemo_polar.traces.builders:PrefixTree",  # the default, first (`polar traces --builder`)
         "per_request": "nemo_polar.traces.builders:PerRequest",
-        "prefix_tree": "nemo_polar.traces.builders:PrefixTree",
     },
 )
 
