@@ -6,7 +6,7 @@ import argparse
 
 
 def _runtime_check(args: argparse.Namespace) -> int:
-    from ..server.runtime_check import main
+    from .runtime_check import main
 
     return main(args.runtime, args.image, args.upstream, args.only or None, args.json)
 

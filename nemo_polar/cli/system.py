@@ -9,7 +9,7 @@ import json
 
 def _up(args: argparse.Namespace) -> int:
     from ..config import load
-    from ..server.up import UpConfig, up
+    from .up import UpConfig, up
 
     summary = up(load(UpConfig, "up", args.overrides))
     return 0 if summary["by_status"].get("completed", 0) == summary["sessions"] else 1
@@ -45,7 +45,7 @@ def _serve_gateway(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from ..server.status import fetch, render
+    from .status import fetch, render
 
     status = fetch(args.url, args.task)
     if args.json:

@@ -14,10 +14,10 @@ import shutil
 
 import pytest
 
+from nemo_polar.cli.runtime_check import CONFIGS, ROOTFS, check, runtime_spec
 from nemo_polar.contracts import DispatchRequest, SessionResult, SessionState, TaskSpec
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
-from nemo_polar.server.runtime_check import CONFIGS, ROOTFS, check, runtime_spec
 from nemo_polar.tasks.bundled import TASKS
 from nemo_polar.tasks.materialize import materialize_task, row
 

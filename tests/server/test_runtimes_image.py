@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from nemo_polar.cli.runtime_check import ROOTFS, leftovers
 from nemo_polar.contracts import RuntimeSpec
 from nemo_polar.errors import SetupFailed
 from nemo_polar.runtimes import TIMEOUT_RC, make_runtime
 from nemo_polar.runtimes.steps import run_steps
 from nemo_polar.server.gateway import toolchain
-from nemo_polar.server.runtime_check import ROOTFS, leftovers
 
 PY = "/polar/tools/python/bin/python3"
 

@@ -31,7 +31,7 @@ from ..harnesses.install import check_install
 from ..local.vllm_server import VLLMServer
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import make_runtime
-from .gateway.stages import harness_for
+from ..server.gateway.stages import harness_for
 
 DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / ".deps"))
 ROOTFS = DEPS / "rootfs" / "bookworm"  # scripts/setup.sh rootfs: Debian minbase, no python, no node

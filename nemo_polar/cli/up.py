@@ -27,9 +27,9 @@ from ..local.vllm_server import VLLMServer
 from ..plugins import BUILDERS
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
-from .client import RolloutAPI
-from .gateway.node import GatewayNode, NodeConfig, NodeThread
-from .rollout import RolloutConfig, RolloutThread
+from ..server.client import RolloutAPI
+from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
+from ..server.rollout import RolloutConfig, RolloutThread
 
 BUNDLED = "bundled"
 
