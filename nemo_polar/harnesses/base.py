@@ -67,6 +67,8 @@ class Harness(ABC):
     # the harness's own logs and transcripts, as globs under its HOME: kept with the session's logs
     log_files: tuple[str, ...] = ()
     Settings: ClassVar[type[HarnessSettings]] = HarnessSettings
+    # what `polar runtime check` adds to its defaults to run it with no task of its own (shell: a command)
+    check_options: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(self, settings: HarnessSettings | None = None, **options: Any) -> None:
         """`Harness(settings)` or `Harness(**options)`, e.g. `Pi(dialect="anthropic")`."""
