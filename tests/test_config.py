@@ -46,8 +46,8 @@ def test_polar_proxy_refuses_a_typo_at_start():
 
 
 def test_defaults_keep_their_values():
+    from nemo_polar.cli.up import UpConfig
     from nemo_polar.server.gateway.node import GatewayConfig
-    from nemo_polar.server.up import UpConfig
 
     assert load(ProxyConfig, "proxy", []) == ProxyConfig()
     up = load(UpConfig, "up", [])
@@ -61,7 +61,7 @@ def test_defaults_keep_their_values():
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "nemo_rl"])
 def test_backend_group_selects_the_engine(engine):
-    from nemo_polar.server.up import UpConfig
+    from nemo_polar.cli.up import UpConfig
 
     proxy = load(ProxyConfig, "proxy", [f"backend={engine}"])
     up = load(UpConfig, "up", [f"backend={engine}"])
@@ -71,8 +71,8 @@ def test_backend_group_selects_the_engine(engine):
 
 
 def test_groups_reach_polar_up_and_the_gateway(tmp_path):
+    from nemo_polar.cli.up import UpConfig, tasks
     from nemo_polar.server.gateway.node import GatewayConfig
-    from nemo_polar.server.up import UpConfig, tasks
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"instruction": "hi"}\n')
@@ -102,7 +102,7 @@ def test_groups_reach_polar_up_and_the_gateway(tmp_path):
     ],
 )
 def test_a_wrong_group_key_fails_with_its_name(override, key):
-    from nemo_polar.server.up import UpConfig
+    from nemo_polar.cli.up import UpConfig
 
     with pytest.raises(ConfigError) as exc:
         load(UpConfig, "up", [override])
@@ -115,8 +115,8 @@ def test_a_wrong_group_key_fails_with_its_name(override, key):
         ("harness", "nemo_polar.contracts:HarnessSpec"),
         ("runtime", "nemo_polar.runtimes.spec:RuntimeSpec"),
         ("evaluator", "nemo_polar.contracts:EvaluatorSpec"),
-        ("builder", "nemo_polar.server.up:BuilderConfig"),
-        ("dataset", "nemo_polar.server.up:DatasetConfig"),
+        ("builder", "nemo_polar.cli.up:BuilderConfig"),
+        ("dataset", "nemo_polar.cli.up:DatasetConfig"),
         ("backend", "nemo_polar.config:BackendConfig"),
         ("topology", "nemo_polar.cluster.topology:TopologyConfig"),
     ],

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -68,6 +69,8 @@ class Harness(Plugin, ABC):
     Settings: ClassVar[type[HarnessSettings]] = HarnessSettings  # type: ignore[assignment]
     # the version set-up installs and a node checks (versions.py reads it from here); None: nothing to check
     pin: ClassVar[Pin | None] = None
+    # what `polar runtime check` adds to its defaults to run it with no task of its own (shell: a command)
+    check_options: ClassVar[Mapping[str, Any]] = {}
     settings: HarnessSettings
 
     @abstractmethod

@@ -22,11 +22,24 @@ class ShellSettings(HarnessSettings):
         return self
 
 
+# `polar runtime check`'s agent: one Chat Completions call over bash's /dev/tcp (the image needs no Python)
+CHECK_AGENT = r"""bash -c '
+u=${OPENAI_BASE_URL#http://}; hp=${u%%/*}; host=${hp%:*}; port=${hp##*:}
+body="{\"model\": \"$POLAR_MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"Say hello.\"}]}"
+form="POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+form="${form}Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+exec 3<>/dev/tcp/$host/$port
+printf "$form" "$hp" "$OPENAI_API_KEY" "${#body}" "$body" >&3
+head -c 600 <&3 | head -1 | grep -q " 200 "
+'"""
+
+
 class Shell(Harness):
     name = "shell"
     dialects = ("openai_chat", "openai_responses", "anthropic", "gemini")
     Settings = ShellSettings
     settings: ShellSettings
+    check_options = {"command": CHECK_AGENT}
 
     @property
     def command(self) -> str:

@@ -63,7 +63,7 @@ class Bind:
 class Runtime(Plugin, ABC):
     """A session's sandbox. `work` and `home` are host folders; `inside_*` are where its commands see them.
 
-    A task names its runtime by `runtime.kind` (`nemo_polar.plugins.RUNTIMES`, or a subclass of yours
+    A task names its runtime by `runtime.kind` (`runtimes.RUNTIMES`, or a subclass of yours
     as 'package.module:Class'); the node builds it with `RUNTIMES.make`, the same call as every kind of plug-in."""
 
     kind = "runtime"

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 # where the folder is on this machine, and the paths in it the harnesses launch
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = Path(os.environ.get("POLAR_TOOLS") or Path(os.environ.get("POLAR_DEPS", ROOT / ".deps")) / "tools")
 NODE = "node/bin/node"
 PYTHON = "python/bin/python3"  # also runs forward.py inside sandboxes

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from nemo_polar.cli.up import UpConfig, up
 from nemo_polar.config import load
-from nemo_polar.server.up import UpConfig, up
 
 pytestmark = pytest.mark.vllm
 

@@ -14,10 +14,10 @@ import shutil
 
 import pytest
 
+from nemo_polar.cli.runtime_check import ROOTFS, check, configurations, runtime_spec
 from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
-from nemo_polar.server.runtime_check import CONFIGS, ROOTFS, check, runtime_spec
 from nemo_polar.states import SessionState
 from nemo_polar.tasks.bundled import TASKS
 from nemo_polar.tasks.materialize import materialize_task, row
@@ -36,7 +36,7 @@ def needs(path):
 def test_every_harness_calls_the_model_from_inside_debian(vllm):
     needs(ROOTFS)
     result = check(runtime_spec("image"), upstream_url=vllm.url)
-    assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(CONFIGS) == 11, result
+    assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(configurations()) == 11, result
 
 
 @pytest.fixture

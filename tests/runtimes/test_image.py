@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from nemo_polar.cli.runtime_check import ROOTFS, leftovers
 from nemo_polar.errors import SetupFailed
 from nemo_polar.runtimes import TIMEOUT_RC, toolchain
 from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.runtimes.steps import run_steps
-from nemo_polar.server.runtime_check import ROOTFS, leftovers
 
 from .build import runtime as make_runtime
 

@@ -8,12 +8,12 @@ import time
 import httpx
 from rich.console import Console
 
+from nemo_polar.cli.status import fetch, render
 from nemo_polar.config import ProxyConfig
 from nemo_polar.proxy.app import Proxy
 from nemo_polar.proxy.serve import free_port
 from nemo_polar.server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
-from nemo_polar.server.status import fetch, render
 from nemo_polar.traces.export import read_jsonl
 
 

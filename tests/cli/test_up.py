@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from nemo_polar.cli.up import UpConfig, up
 from nemo_polar.config import load
-from nemo_polar.server.up import UpConfig, up
 
 
 def test_up_runs_every_row_per_harness_and_keeps_the_results(fake_upstream, tmp_path):

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..rollup import COLUMNS, cells
-from .client import RolloutAPI
+from ..server.client import RolloutAPI
 
 
 def fetch(url: str, task_id: str | None = None) -> dict:

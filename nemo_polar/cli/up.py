@@ -26,10 +26,10 @@ from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, T
 from ..local.vllm_server import VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
+from ..server.client import RolloutAPI
+from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
+from ..server.rollout import RolloutConfig, RolloutThread
 from ..traces import BUILDERS
-from .client import RolloutAPI
-from .gateway.node import GatewayNode, NodeConfig, NodeThread
-from .rollout import RolloutConfig, RolloutThread
 
 BUNDLED = "bundled"
 

@@ -3,12 +3,13 @@ a runtime, and leaves nothing behind.
 
     polar runtime check --runtime image --json     # {"harnesses": 11, "ran": 11, "failures": []}
 
-One session per configuration (Pi on its four APIs, Codex, Claude Code, Qwen Code, Gemini CLI,
-mini-swe-agent, OpenHands, and `shell` with an agent that is a bash one-liner: the image needs no
-Python for it), a few at a time, each in its own sandbox of the runtime, against the proxy in front of
-vLLM (started on the tiny model unless `--upstream` names a server). A configuration ran when the proxy
-recorded at least one answered call of its session. Afterwards no process may still run and nothing may
-be mounted under the check's folder, and every session folder must be gone; anything left is a failure.
+One session per configuration: every registered harness (`harnesses.HARNESSES`), once per wire API for
+one whose settings choose it (Pi on its four), with the options its class gives the check
+(`Harness.check_options`: `shell` runs a bash one-liner, so the image needs no Python for it). A few
+at a time, each in its own sandbox of the runtime, against the proxy in front of vLLM (started on the
+tiny model unless `--upstream` names a server). A configuration ran when the proxy recorded at least
+one answered call of its session. Afterwards no process may still run and nothing may be mounted under
+the check's folder, and every session folder must be gone; anything left is a failure.
 """
 
 from __future__ import annotations
@@ -24,43 +25,37 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ProxyConfig
-from ..contracts import HarnessSpec, RuntimeSpec
+from ..contracts import HarnessSpec
 from ..errors import HarnessNotInstalled
 from ..harnesses import HARNESSES, Endpoint
 from ..harnesses.install import check_install
-from ..local.vllm_server import VLLMServer
+from ..local.vllm_server import DEPS, VLLMServer
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import RUNTIMES
+from ..runtimes.spec import RuntimeSpec
 
-DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / ".deps"))
 ROOTFS = DEPS / "rootfs" / "bookworm"  # scripts/setup.sh rootfs: Debian minbase, no python, no node
 TASK = "Say hello in one word."
 GRACE_S = 5.0
-# the `shell` harness's agent: one Chat Completions call over bash's /dev/tcp, nothing but bash needed
-SHELL_AGENT = r"""bash -c '
-u=${OPENAI_BASE_URL#http://}; hp=${u%%/*}; host=${hp%:*}; port=${hp##*:}
-body="{\"model\": \"$POLAR_MODEL\", \"messages\": [{\"role\": \"user\", \"content\": \"Say hello.\"}]}"
-form="POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
-form="${form}Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
-exec 3<>/dev/tcp/$host/$port
-printf "$form" "$hp" "$OPENAI_API_KEY" "${#body}" "$body" >&3
-head -c 600 <&3 | head -1 | grep -q " 200 "
-'"""
-CONFIGS: dict[str, dict[str, Any]] = {
-    **{f"pi-{d}": {"name": "pi", "dialect": d} for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
-    "codex": {"name": "codex"},
-    "claude_code": {"name": "claude_code"},
-    "qwen_code": {"name": "qwen_code"},
-    "gemini_cli": {"name": "gemini_cli"},
-    "mini_swe_agent": {"name": "mini_swe_agent"},
-    "openhands": {"name": "openhands"},
-    "shell": {"name": "shell", "command": SHELL_AGENT},
-}
+
+
+def configurations() -> dict[str, dict[str, Any]]:
+    """The harness options of each configuration, by its name (`--only`): codex, ..., pi-anthropic."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, cls in HARNESSES.items():
+        options = {"name": name, **cls.check_options}
+        if "dialect" in cls.Settings.model_fields:  # its settings choose the wire API: each one it speaks
+            out |= {f"{name}-{dialect}": options | {"dialect": dialect} for dialect in cls.dialects}
+        else:
+            out[name] = options
+    return out
 
 
 def runtime_spec(kind: str, image: str | None = None) -> RuntimeSpec:
-    if kind == "image":
-        return RuntimeSpec(kind="image", image=image or str(ROOTFS))
+    """The runtime to check; a kind that runs a root filesystem folder (`image`) gets set-up's by default."""
+    runs = RUNTIMES[kind]
+    if image is None and runs.in_image and not runs.pulls:
+        image = str(ROOTFS)
     return RuntimeSpec(kind=kind, image=image)
 
 
@@ -72,10 +67,11 @@ def check(
     timeout_s: float = 300.0,
 ) -> dict[str, Any]:
     """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds")."""
-    names = only or list(CONFIGS)
-    unknown = sorted(set(names) - set(CONFIGS))
+    configs = configurations()
+    names = only or list(configs)
+    unknown = sorted(set(names) - set(configs))
     if unknown:
-        raise ValueError(f"unknown harness configurations {unknown}: choose from {list(CONFIGS)}")
+        raise ValueError(f"unknown harness configurations {unknown}: choose from {list(configs)}")
     t0 = time.monotonic()
     vllm = None
     if upstream_url is None:
@@ -85,7 +81,9 @@ def check(
         upstream_url = vllm.url
     try:
         with tempfile.TemporaryDirectory(prefix="polar-check-") as tmp:
-            out = asyncio.run(_check_all(spec, upstream_url, names, Path(tmp), parallel, timeout_s))
+            out = asyncio.run(
+                _check_all(spec, upstream_url, [(n, configs[n]) for n in names], Path(tmp), parallel, timeout_s)
+            )
     finally:
         if vllm is not None:
             vllm.stop()
@@ -95,7 +93,12 @@ def check(
 
 
 async def _check_all(
-    spec: RuntimeSpec, upstream_url: str, names: list[str], root: Path, parallel: int, timeout_s: float
+    spec: RuntimeSpec,
+    upstream_url: str,
+    configs: list[tuple[str, dict[str, Any]]],
+    root: Path,
+    parallel: int,
+    timeout_s: float,
 ) -> dict[str, Any]:
     config = ProxyConfig.model_validate(
         {
@@ -109,19 +112,26 @@ async def _check_all(
     pids: list[int] = []
     with ProxyThread(config) as proxy:
         outcomes = await asyncio.gather(
-            *(_one(gate, name, spec, proxy, root / "sessions", timeout_s, pids) for name in names)
+            *(_one(gate, name, options, spec, proxy, root / "sessions", timeout_s, pids) for name, options in configs)
         )
     failures = [o for o in outcomes if o is not None]
     failures += leftovers(root, pids)
     ran = sum(o is None for o in outcomes)
-    return {"harnesses": len(names), "ran": ran, "failures": failures}
+    return {"harnesses": len(configs), "ran": ran, "failures": failures}
 
 
 async def _one(
-    gate: asyncio.Semaphore, name: str, spec: RuntimeSpec, proxy: ProxyThread, root: Path, timeout_s: float, pids: list
+    gate: asyncio.Semaphore,
+    name: str,
+    options: dict[str, Any],
+    spec: RuntimeSpec,
+    proxy: ProxyThread,
+    root: Path,
+    timeout_s: float,
+    pids: list,
 ) -> dict[str, Any] | None:
     async with gate:
-        spec_h = HarnessSpec(**CONFIGS[name], max_steps=2)
+        spec_h = HarnessSpec(**options, max_steps=2)
         harness = HARNESSES.make(spec_h.name, spec_h.options)
         try:
             await asyncio.to_thread(check_install, harness)

@@ -1,0 +1,142 @@
+"""`polar bench`: the benchmarks, each printing its result as JSON (indented unless `--json`); those with a
+bar to hold exit 1 when it was not held."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+
+def _print(result: dict, args: argparse.Namespace) -> None:
+    print(json.dumps(result, indent=None if args.json else 2))
+
+
+def _bench_proxy(args: argparse.Namespace) -> int:
+    from ..bench.proxy import run
+
+    result = run(
+        latency_calls=args.latency_calls,
+        rounds=args.rounds,
+        window_s=args.window_s,
+        tokens=args.tokens,
+        token_delay_ms=args.token_delay_ms,
+        concurrency=args.concurrency,
+    )
+    _print(result, args)
+    return 0
+
+
+def _bench_long(args: argparse.Namespace) -> int:
+    from ..bench.long import MODES, run
+    from ..local.vllm_server import DEPS
+
+    tokenizer = args.tokenizer or str(DEPS / "models" / "tiny")
+    modes = MODES if Path(tokenizer, "tokenizer.json").is_file() or args.tokenizer else ("fake",)
+    turns = [int(t) for t in args.turns.split(",")]
+    result = run(
+        turns=turns, sessions=args.sessions, window=args.window, modes=modes, tokenizer=tokenizer, keep=args.keep
+    )
+    _print(result, args)
+    return 0
+
+
+def _bench_fuzz(args: argparse.Namespace) -> int:
+    from ..bench.fuzz import run
+
+    result = run(per_route=args.per_route, seed=args.seed, concurrency=args.concurrency)
+    _print(result, args)
+    held = not (result["unhandled_5xx"] or result["not_dialect_shaped"] or result["lost_records"])
+    return 0 if held and not result["wrong_session"] and result["writer_alive"] else 1
+
+
+def _bench_load(args: argparse.Namespace) -> int:
+    from ..bench.load import run
+
+    result = run(sessions=args.sessions, seconds=args.seconds)
+    _print(result, args)
+    return 0 if result["lost"] == 0 else 1
+
+
+def _bench_merge(args: argparse.Namespace) -> int:
+    from ..bench.merge import run
+
+    _print(run(stores=args.store, sessions=args.sessions, seed=args.seed), args)
+    return 0
+
+
+def _bench_pipeline(args: argparse.Namespace) -> int:
+    from ..bench.pipeline import run
+
+    _print(run(sessions=args.sessions, seed=args.seed), args)
+    return 0
+
+
+def _bench_scale(args: argparse.Namespace) -> int:
+    from ..bench.scale import run
+
+    result = run(sessions=args.sessions, nodes=args.nodes, group=args.group, duration_s=args.duration)
+    _print(result, args)
+    return 0 if result["lost"] == 0 and result["dispatched_twice"] == 0 else 1
+
+
+def _bench_view(args: argparse.Namespace) -> int:
+    from ..bench.view import run
+
+    result = run(calls=args.calls, trace_tokens=args.trace_tokens, repeats=args.repeats, keep=args.keep)
+    _print(result, args)
+    return 0 if not result["console_errors"] else 1
+
+
+def _add(
+    bench: argparse._SubParsersAction, name: str, help: str, func: Callable[[argparse.Namespace], int]
+) -> argparse.ArgumentParser:
+    """One benchmark's parser, with the `--json` every benchmark takes."""
+    parser = bench.add_parser(name, help=help)
+    parser.add_argument("--json", action="store_true", help="one JSON object on one line")
+    parser.set_defaults(func=func)
+    return parser
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="action", required=True)
+    bproxy = _add(bench, "proxy", "the proxy against direct calls and a bare relay, fake upstream", _bench_proxy)
+    bproxy.add_argument("--latency-calls", type=int, default=800, help="calls per arm, one at a time")
+    bproxy.add_argument("--rounds", type=int, default=8, help="turns each arm takes, throughput scenarios")
+    bproxy.add_argument("--window-s", type=float, default=0.5, help="seconds measured per arm and round")
+    bproxy.add_argument("--concurrency", type=int, default=256, help="calls in flight, throughput scenario")
+    bproxy.add_argument("--tokens", type=int, default=16)
+    bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
+    blong = _add(bench, "long", "one agent session at 50-200 turns: store bytes, latency, trace build", _bench_long)
+    blong.add_argument("--turns", default="50,100,200", help="session lengths measured (one session, comma-separated)")
+    blong.add_argument("--sessions", type=int, default=3, help="identical sessions side by side")
+    blong.add_argument("--window", type=int, default=20, help="turns at each end whose latency is compared")
+    blong.add_argument("--tokenizer", default=None, help="tokenizer folder for real ids (default: the tiny model's)")
+    blong.add_argument("--keep", default=None, help="copy each mode's record store into this folder")
+    bfuzz = _add(bench, "fuzz", "seeded mutated requests on every model route and the task route", _bench_fuzz)
+    bfuzz.add_argument("--per-route", type=int, default=10_000, help="requests per route (5 model routes + tasks)")
+    bfuzz.add_argument("--seed", type=int, default=0)
+    bfuzz.add_argument("--concurrency", type=int, default=16)
+    bload = _add(bench, "load", "many harness sessions streaming at once through one proxy", _bench_load)
+    bload.add_argument("--sessions", type=int, default=512)
+    bload.add_argument("--seconds", type=float, default=120.0)
+    bmerge = _add(bench, "merge", "per_request vs linear chains vs prefix_tree over a session corpus", _bench_merge)
+    bmerge.add_argument("--store", action="append", default=[], help="a record store to add (repeatable)")
+    bmerge.add_argument("--sessions", type=int, default=12, help="generated long sessions")
+    bmerge.add_argument("--seed", type=int, default=0)
+    bpipe = _add(
+        bench, "pipeline", "naive slots vs staged pools with a READY buffer, simulated sessions", _bench_pipeline
+    )
+    bpipe.add_argument("--sessions", type=int, default=512, help="a GRPO step: 64 prompts x 8 samples")
+    bpipe.add_argument("--seed", type=int, default=0)
+    bscale = _add(bench, "scale", "the rollout server with thousands of sessions over simulated nodes", _bench_scale)
+    bscale.add_argument("--sessions", type=int, default=2000)
+    bscale.add_argument("--nodes", type=int, default=16)
+    bscale.add_argument("--group", type=int, default=8, help="samples per task (a GRPO group)")
+    bscale.add_argument("--duration", type=float, default=40.0, help="seconds each simulated session runs")
+    bview = _add(bench, "view", "polar view in headless chromium: a big run's list and a long trace", _bench_view)
+    bview.add_argument("--calls", type=int, default=10_000, help="calls in the run's record store")
+    bview.add_argument("--trace-tokens", type=int, default=100_000, help="tokens of the long session's trace")
+    bview.add_argument("--repeats", type=int, default=3, help="fresh page loads per measure (the median)")
+    bview.add_argument("--keep", default=None, help="write the run folder here and keep it (polar view it)")

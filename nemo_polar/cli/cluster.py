@@ -1,0 +1,77 @@
+"""NeMo-RL GRPO on a cluster: its recipes checked (`recipes check`), launched under SLURM with our rollout
+server and gateways beside it (`launch slurm`), and each node's part there (`launch sidecar`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _recipes_check(args: argparse.Namespace) -> int:
+    from ..recipes.check import check
+
+    report = check(args.recipe or None, args.overrides)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{report['count']} recipes, {len(report['errors'])} errors")
+        for e in report["errors"]:
+            print(f"  {e['recipe']}: {e['key']}: {e['message']}")
+    return 0 if report["ok"] else 1
+
+
+def _launch_slurm(args: argparse.Namespace) -> int:
+    from ..cluster.launch import main_slurm, render_text
+    from ..cluster.topology import LaunchConfig, split_overrides
+    from ..config import load
+
+    recipe_overrides, launch_overrides = split_overrides(args.overrides)
+    cfg = load(LaunchConfig, "launch", launch_overrides)
+    plan = main_slurm(
+        cfg,
+        nodes=args.nodes,
+        recipe=args.recipe,
+        recipe_overrides=recipe_overrides,
+        launch_overrides=launch_overrides,
+        dry_run=args.dry_run,
+        check=not args.no_check,
+    )
+    if args.dry_run:
+        print(json.dumps(plan) if args.json else render_text(plan))
+    return 0
+
+
+def _launch_sidecar(args: argparse.Namespace) -> int:
+    from ..cluster.launch import sidecar
+    from ..cluster.topology import LaunchConfig
+    from ..config import load
+
+    return sidecar(load(LaunchConfig, "launch", args.overrides))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    recipes = sub.add_parser("recipes", help="NeMo-RL GRPO recipes").add_subparsers(dest="action", required=True)
+    rcheck = recipes.add_parser("check", help="load every recipe as NeMo-RL does and check each key")
+    rcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
+    rcheck.add_argument("--recipe", action="append", default=[], help="a recipe file (repeatable; default: recipes/)")
+    rcheck.add_argument("overrides", nargs="*", help="NeMo-RL overrides to check with, e.g. grpo.max_num_steps=10")
+    rcheck.set_defaults(func=_recipes_check)
+
+    launch = sub.add_parser("launch", help="launch training on a cluster").add_subparsers(dest="action", required=True)
+    lslurm = launch.add_parser(
+        "slurm", help="NeMo-RL GRPO (ray.sub) with our rollout server and gateways as its sidecar"
+    )
+    lslurm.add_argument("--nodes", type=int, required=True)
+    lslurm.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
+    lslurm.add_argument("--dry-run", action="store_true", help="print what each node would run; submit nothing")
+    lslurm.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
+    lslurm.add_argument("--no-check", action="store_true", help="skip NeMo-RL's check of the recipe")
+    lslurm.add_argument(
+        "overrides",
+        nargs="*",
+        help="recipe overrides (grpo.max_num_steps=10) and launch ones (topology.gateway_port=6100)",
+    )
+    lslurm.set_defaults(func=_launch_slurm)
+    lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")
+    lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
+    lside.set_defaults(func=_launch_sidecar)

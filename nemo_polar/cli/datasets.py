@@ -1,0 +1,56 @@
+"""Datasets: SWE-bench / SWE-Gym rows made into the Gym rows a recipe names (`data swe`), and the bundled
+CPU task set, graded (`tasks check`) or written out (`tasks build`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _data_swe(args: argparse.Namespace) -> int:
+    from ..tasks.gym_rows import write
+
+    n = write(args.input, args.out, namespace=args.namespace, engine=args.engine)
+    print(json.dumps({"rows": n, "out": str(Path(args.out).resolve())}))
+    return 0
+
+
+def _tasks_check(args: argparse.Namespace) -> int:
+    from ..tasks.check import check_tasks
+
+    report = check_tasks(workers=args.workers)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        n, took = report["tasks"], report["elapsed_s"]
+        print(f"{report['correct']}/{report['checks']} checks right over {n} tasks in {took}s")
+        for f in report["failures"]:
+            print(f"  {f['task']} {f['check']}: got {f['got']}, expected {f['expected']}: {f['detail']}")
+    return 0 if not report["failures"] else 1
+
+
+def _tasks_build(args: argparse.Namespace) -> int:
+    from ..tasks.materialize import build
+
+    print(build(args.out))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    data = sub.add_parser("data", help="datasets for training").add_subparsers(dest="action", required=True)
+    dswe = data.add_parser("swe", help="SWE-bench / SWE-Gym rows (JSONL or parquet) -> the Gym rows a recipe names")
+    dswe.add_argument("input", help="a .jsonl or .parquet file of SWE-bench / SWE-Gym rows")
+    dswe.add_argument("--out", required=True, help="e.g. $POLAR_DATA_DIR/swe_gym/train.jsonl")
+    dswe.add_argument("--namespace", default="swebench", help="the instance images' registry namespace")
+    dswe.add_argument("--engine", default="apptainer", choices=["apptainer", "docker"], help="how images are named")
+    dswe.set_defaults(func=_data_swe)
+
+    tasks = sub.add_parser("tasks", help="the bundled CPU task set").add_subparsers(dest="action", required=True)
+    tcheck = tasks.add_parser("check", help="grade every task's reference fix (1), no change (0), wrong fix (0)")
+    tcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
+    tcheck.add_argument("--workers", type=int, default=None, help="tasks graded at once")
+    tcheck.set_defaults(func=_tasks_check)
+    tbuild = tasks.add_parser("build", help="write the task repos and OUT/tasks.jsonl (SWE-bench style rows)")
+    tbuild.add_argument("--out", required=True)
+    tbuild.set_defaults(func=_tasks_build)

@@ -1,0 +1,22 @@
+"""`polar runtime check`: every harness calls the model from inside a runtime (the check: runtime_check.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _runtime_check(args: argparse.Namespace) -> int:
+    from .runtime_check import main
+
+    return main(args.runtime, args.image, args.upstream, args.only or None, args.json)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    runtime = sub.add_parser("runtime", help="sandboxes").add_subparsers(dest="action", required=True)
+    rcheck = runtime.add_parser("check", help="every harness configuration calls the model from inside a runtime")
+    rcheck.add_argument("--runtime", default="image", help="local, docker, apptainer or image")
+    rcheck.add_argument("--image", default=None, help="its image (image: a root filesystem; .deps/rootfs/bookworm)")
+    rcheck.add_argument("--upstream", default=None, help="a running vLLM's URL (default: start one on the tiny model)")
+    rcheck.add_argument("--only", action="append", default=[], help="one configuration (repeatable), e.g. pi-gemini")
+    rcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
+    rcheck.set_defaults(func=_runtime_check)

@@ -1,0 +1,71 @@
+"""`polar runtime check` runs every registered harness: its configurations come from the registry and
+the harness classes, not from a list a new harness could be missing from."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+from nemo_polar.cli import runtime_check
+from nemo_polar.cli.runtime_check import configurations
+from nemo_polar.contracts import HarnessSpec
+from nemo_polar.harnesses import HARNESSES, Harness
+from nemo_polar.plugins import Registry
+
+NEW = """
+from typing import Literal
+
+from nemo_polar.harnesses.base import Harness, HarnessSettings, Launch
+
+
+class TalkerSettings(HarnessSettings):
+    dialect: Literal["openai_chat", "anthropic"] = "openai_chat"
+
+
+class Talker(Harness):
+    name = "talker"
+    dialects = ("openai_chat", "anthropic")
+    Settings = TalkerSettings
+
+    def launch(self, task, endpoint, inside, max_steps):
+        return Launch(["true"], {})
+
+
+class ScriptSettings(HarnessSettings):
+    script: str
+
+
+class Script(Harness):
+    name = "script"
+    dialects = ("openai_chat",)
+    Settings = ScriptSettings
+    check_options = {"script": "true"}
+
+    def launch(self, task, endpoint, inside, max_steps):
+        return Launch(["sh", "-c", self.settings.script], {})
+"""
+
+
+def test_every_registered_harness_is_checked_with_options_it_takes():
+    configs = configurations()
+    assert {options["name"] for options in configs.values()} == set(HARNESSES)
+    for name, options in configs.items():  # a harness that needs an option names it in its check_options
+        spec = HarnessSpec(**options, max_steps=2)
+        assert HARNESSES.make(spec.name, spec.options).name == options["name"], name
+    assert {"pi-openai_chat", "pi-openai_responses", "pi-anthropic", "pi-gemini", "shell", "codex"} <= set(configs)
+    assert len(configs) == 11
+
+
+def test_a_new_harness_is_checked_once_per_api_its_settings_choose(tmp_path, monkeypatch):
+    (tmp_path / "new_harnesses.py").write_text(textwrap.dedent(NEW))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("new_harnesses")  # a room is read where it is imported
+    monkeypatch.setattr(runtime_check, "HARNESSES", Registry("harness", Harness, "new_harnesses"))
+    try:
+        assert configurations() == {
+            "talker-openai_chat": {"name": "talker", "dialect": "openai_chat"},
+            "talker-anthropic": {"name": "talker", "dialect": "anthropic"},
+            "script": {"name": "script", "script": "true"},
+        }
+    finally:
+        sys.modules.pop("new_harnesses", None)
