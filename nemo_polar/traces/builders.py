@@ -77,19 +77,19 @@ class Builder(Plugin, ABC):
     ) -> list[Trace]: ...
 
 
-class PerRequest(Builder):
-    name = "per_request"
-
-    def traces(self, records, stats, events, *, tokenizer=None, eot_token_id=None, repair=True) -> list[Trace]:
-        return per_request(records, stats)
-
-
-class PrefixTree(Builder):
+class PrefixTree(Builder):  # the default, first in the registry (`polar traces --builder`)
     name = "prefix_tree"
 
     def traces(self, records, stats, events, *, tokenizer=None, eot_token_id=None, repair=True) -> list[Trace]:
         eot = end_of_turn(records, tokenizer, eot_token_id)
         return prefix_tree(records, stats, events, eot, tokenizer, repair)
+
+
+class PerRequest(Builder):
+    name = "per_request"
+
+    def traces(self, records, stats, events, *, tokenizer=None, eot_token_id=None, repair=True) -> list[Trace]:
+        return per_request(records, stats)
 
 
 def trainable(records: list[CompletionRecord], stats: BuildStats) -> list[CompletionRecord]:
