@@ -112,7 +112,10 @@ class CallPipeline:
         self.gate, self.targets, self.recorder = gate, targets, recorder
 
     async def run(self, dialect: Dialect, request: Request) -> Response:
-        """The call from the harness's request to its response: every dialect route's endpoint."""
+        """The call from the harness's request to its response: every dialect route's endpoint. A
+        streamed call goes on in `relay`; one answered whole is forwarded and assembled here while
+        it holds its place at the gate, recorded and rendered once it has left (inline: a coroutine
+        more would be one more frame for every wake-up of the call)."""
         try:
             call = await self.admit(request, dialect)
         except PolarError as err:
@@ -124,7 +127,22 @@ class CallPipeline:
             return error_response(dialect, err)
         if call.request.stream and self.backend.streams:
             return await self.relay(call, hold)
-        return await self.whole(call, hold, request.receive)
+        with hold:  # the answer is in, or the call failed (its failure recorded first)
+            try:
+                await self.target(call)
+                asked = time.monotonic()
+                # the prompt's ids that the session's last answer had are not parsed again
+                read = functools.partial(self.sessions.prompt_ids.parse, call.session.id, self.backend)
+                body = await self.upstream.post_json(chat_url(call), call.upstream_body, read)
+                call.upstream_s = time.monotonic() - asked
+                completion = self.backend.parse_response(body)
+            except Exception as exc:  # noqa: BLE001 - recorded and answered in dialect
+                return await self.failed(call, exc)
+        if gone(request.receive):  # the harness gave up waiting: not an answer it has
+            await self.recorder.record(call, completion, status="client_disconnected", error="client disconnected")
+            return Response(status_code=499)
+        await self.recorder.record(call, completion)
+        return whole_answer(dialect, call.request, completion)
 
     async def admit(self, request: Request, dialect: Dialect) -> Call:
         """The session the key names, and its body within the size limit, parsed."""
@@ -183,26 +201,6 @@ class CallPipeline:
         except Exception as exc:  # noqa: BLE001 - the request parsed but cannot be sent: the caller's
             raise RequestInvalid(f"malformed request: {type(exc).__name__}: {str(exc)[:200]}") from None
         self.recorder.prepare_soon(call)
-
-    async def whole(self, call: Call, hold: Hold, receive: Receive) -> Response:
-        """A call answered whole: targeted, forwarded and assembled while it holds its place at the
-        gate; recorded and rendered once it has left."""
-        with hold:  # the answer is in, or the call failed (its failure recorded first)
-            try:
-                await self.target(call)
-                asked = time.monotonic()
-                # the prompt's ids that the session's last answer had are not parsed again
-                read = functools.partial(self.sessions.prompt_ids.parse, call.session.id, self.backend)
-                body = await self.upstream.post_json(chat_url(call), call.upstream_body, read)
-                call.upstream_s = time.monotonic() - asked
-                completion = self.backend.parse_response(body)
-            except Exception as exc:  # noqa: BLE001 - recorded and answered in dialect
-                return await self.failed(call, exc)
-        if gone(receive):  # the harness gave up waiting: not an answer it has
-            await self.recorder.record(call, completion, status="client_disconnected", error="client disconnected")
-            return Response(status_code=499)
-        await self.recorder.record(call, completion)
-        return whole_answer(call.dialect, call.request, completion)
 
     async def relay(self, call: Call, hold: Hold) -> Response:
         """A streamed call: targeted and opened here, then relayed (`relay.Relay`), which releases
