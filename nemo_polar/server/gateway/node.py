@@ -1,29 +1,17 @@
 """A gateway node: the proxy plus the staged pipeline, registered with a rollout server.
 
-One HTTP server per node: the harnesses' model API (the proxy) and the node routes below.
-It registers at start-up, heartbeats its stage metrics, reports every state change and delivers
-each session's result to the rollout server. A result is written to the node's outbox before it
-is sent and removed only once acknowledged; whatever is left (the server was down, the node was
-restarted) is sent again with every heartbeat. The server keeps the first result it gets, so a
-retry is never counted twice. The event loop serves the harnesses' calls: the outbox is read and
-written in worker threads, like every disk step of the stages.
-
-    POST /sessions                  a DispatchRequest (202; 409 when the session is already here)
-    GET /sessions/{id}              its state
-    DELETE /sessions/{id}           cancel it (cleanup still runs)
-
-The sandboxes reach this port (the proxy is on it), so the node's own routes and the proxy's
-`/admin` routes always want the node's control token (the proxy's own when it has one, else one
-minted at start), which the rollout server learns at registration. The proxy's
-/admin/inference/pause and /resume (weight updates) also hold and release new RUN starts here:
-running sessions keep their sandboxes and only their model calls wait at the gate.
+One HTTP server per node: the harnesses' model API (the proxy) and the node's routes (`routes.py`).
+It registers at start-up and heartbeats its stage metrics (`heartbeat.py`), reports every state
+change, and delivers each session's result through its outbox (`outbox.py`: written before it is
+sent, sent again with every heartbeat until acknowledged). The proxy's /admin/inference/pause and
+/resume (weight updates) also hold and release new RUN starts here: running sessions keep their
+sandboxes and only their model calls wait at the gate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import shutil
 from collections.abc import AsyncIterator, Coroutine
@@ -31,26 +19,23 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
 from pydantic import Field
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ...config import ProxyConfig, Strict
-from ...contracts import DispatchRequest, NodeCapacity, NodeRegistration, SessionResult
-from ...control import error_response, http_error, parse, read_json, require_token, route
-from ...errors import ControlError, ControlRefused, NotFound, PolarError
-from ...metrics import NodeGauges, scrape
+from ...contracts import DispatchRequest, NodeCapacity, NodeMetrics, NodeRegistration, SessionResult
+from ...control import http_error
+from ...metrics import NodeGauges
 from ...proxy.app import Proxy
-from ...serving import ServerThread, json_response, run
+from ...serving import ServerThread, run
 from ...states import SessionState
 from ..client import Retry, RolloutAPI
+from .heartbeat import Heartbeat
+from .outbox import Outbox
 from .pipeline import Job, Pipeline
 from .proxy_surface import ProxySurface
+from .routes import NodeRoutes
 from .stages import HarnessStages, Work
 
 log = logging.getLogger("nemo_polar.gateway")
@@ -77,22 +62,6 @@ class GatewayConfig(Strict):
     node: NodeConfig = NodeConfig()
 
 
-class AdminGuard:
-    """The proxy's app behind the node's token for `/admin/...`: a sandbox shares the node's port."""
-
-    def __init__(self, app: ASGIApp, token: str):
-        self.app, self.token = app, token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/admin/"):
-            try:
-                require_token(Request(scope), self.token)
-            except PolarError as err:
-                await error_response(err)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 class GatewayNode:
     def __init__(self, config: NodeConfig, proxy: Proxy | ProxySurface):
         self.proxy: ProxySurface = proxy
@@ -103,8 +72,8 @@ class GatewayNode:
         self.config = config
         self.control_token = self.proxy.control_token or secrets.token_urlsafe(24)
         root = Path(config.root).resolve()
-        self.outbox = root / "outbox"
-        self.outbox.mkdir(parents=True, exist_ok=True)
+        self.rollout = RolloutAPI(config.rollout_url, config.control_token, timeout_s=10.0)
+        self.outbox = Outbox(root / "outbox", self.rollout, config.result_attempts)
         _sweep(root, keep={"outbox", "traces", "logs"})
         self.stages = HarnessStages(self.proxy, config.public_url, root, config.node_id, self._deliver)
         cap = config.capacity
@@ -113,23 +82,24 @@ class GatewayNode:
         )
         self.proxy.on_pause(lambda paused: self.pipeline.pause() if paused else self.pipeline.resume())
         self.jobs: dict[str, Job[Work]] = {}
-        self.rollout = RolloutAPI(config.rollout_url, config.control_token, timeout_s=10.0)
+        registration = NodeRegistration(
+            node_id=config.node_id,
+            url=config.public_url,
+            capacity=cap,
+            heartbeat_s=config.heartbeat_s,
+            token=self.control_token,
+        )
+        self.heartbeat = Heartbeat(self.rollout, registration, self.outbox, self._metrics)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._delivering: set[str] = set()  # outbox files whose first delivery is under way
-        self.gauges = NodeGauges(self._pools, lambda: sum(1 for _ in self.outbox.glob("*.json")))
-        routes = [
-            Route("/metrics", self.metrics, methods=["GET"]),
-            Route("/sessions", self.dispatch, methods=["POST"]),
-            Route("/sessions/{session_id}", self.status, methods=["GET"]),
-            Route("/sessions/{session_id}", self.cancel, methods=["DELETE"]),
-            Mount("/", app=AdminGuard(self.proxy.app, self.control_token)),
-        ]
-        self.app = Starlette(routes=routes, lifespan=self._lifespan, exception_handlers={HTTPException: http_error})
+        self.gauges = NodeGauges(self._pools, self.outbox.count)
+        self.app = Starlette(
+            routes=NodeRoutes(self).routes(), lifespan=self._lifespan, exception_handlers={HTTPException: http_error}
+        )
 
     @asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
         self.pipeline.start()
-        beat = asyncio.create_task(self._heartbeat_loop())
+        beat = asyncio.create_task(self.heartbeat.run())
         yield
         beat.cancel()
         await self.pipeline.close()
@@ -138,6 +108,21 @@ class GatewayNode:
         await self.rollout.close()
         await self.proxy.aclose()
 
+    # --- what the routes ask ------------------------------------------------------------------
+    def accept(self, req: DispatchRequest) -> bool:
+        """The session joins the pipeline; False when it is already here (a dispatch sent again)."""
+        if req.session_id in self.jobs:
+            return False
+        job = self.stages.job(req)
+        self.jobs[req.session_id] = job
+        self.pipeline.submit(job)
+        return True
+
+    def cancel(self, session_id: str) -> bool:
+        """False when the session is unknown here, or already cleaning up."""
+        return self.pipeline.cancel(session_id, "cancelled by the rollout server")
+
+    # --- what the rollout server hears ----------------------------------------------------------
     def _pools(self) -> dict[str, int]:
         m = self.pipeline.metrics()
         return {
@@ -149,88 +134,17 @@ class GatewayNode:
             "postrun": m.postrun_inflight,
         }
 
-    async def metrics(self, request: Request) -> Response:
-        """Prometheus text format: this node's pools and outbox, and its proxy's calls (open, like /health)."""
-        return await asyncio.to_thread(scrape, self.gauges.registry, *self.proxy.metric_registries())
-
-    # --- the node's routes (the rollout server's side of a session) ---------------------------
-    @route(guarded=True)
-    async def dispatch(self, request: Request) -> Response:
-        req = parse(DispatchRequest, await read_json(request))
-        if req.session_id in self.jobs:
-            return json_response({"session_id": req.session_id, "duplicate": True}, 409)
-        job = self.stages.job(req)
-        self.jobs[req.session_id] = job
-        self.pipeline.submit(job)
-        return json_response({"session_id": req.session_id, "accepted": True}, 202)
-
-    @route(guarded=True)
-    async def status(self, request: Request) -> Response:
-        job = self.jobs.get(request.path_params["session_id"])
-        if job is None:
-            raise NotFound(f"no session {request.path_params['session_id']!r} on this node")
-        return json_response({"session_id": job.session_id, "state": job.state.value, "cause": job.cause})
-
-    @route(guarded=True)
-    async def cancel(self, request: Request) -> Response:
-        session_id = request.path_params["session_id"]
-        if not self.pipeline.cancel(session_id, "cancelled by the rollout server"):
-            raise NotFound(f"no session {session_id!r} to cancel on this node (unknown, or already cleaning up)")
-        return json_response({"cancelled": True})
-
-    # --- talking to the rollout server ------------------------------------------------------
-    async def _heartbeat_loop(self) -> None:
-        registration = NodeRegistration(
-            node_id=self.config.node_id,
-            url=self.config.public_url,
-            capacity=self.config.capacity,
-            heartbeat_s=self.config.heartbeat_s,
-            token=self.control_token,
-        )
-        registered = False
-        while True:
-            try:
-                # results first: registering tells the server that our earlier sessions are lost
-                await self._flush_outbox()
-                if not registered:
-                    await self.rollout.register(registration)
-                    registered = True
-                else:
-                    metrics = self.pipeline.metrics().model_copy(update={"recording": self.proxy.recording})
-                    await self.rollout.heartbeat(self.config.node_id, metrics)
-            except ControlRefused as exc:
-                if exc.status_code == 404:  # the server forgot us: register again
-                    registered = False
-                log.warning("rollout server refused: %s", exc)
-            except ControlError as exc:
-                log.warning("rollout server unreachable: %s", exc)
-            except Exception:  # noqa: BLE001 - a node whose heartbeats stop is a lost node: never let them
-                log.exception("heartbeat failed; trying again in %.1fs", self.config.heartbeat_s)
-            await asyncio.sleep(self.config.heartbeat_s)
+    def _metrics(self) -> NodeMetrics:
+        return self.pipeline.metrics().model_copy(update={"recording": self.proxy.recording})
 
     def _report(self, session_id: str, state: SessionState, cause: str | None) -> None:
         if state is not SessionState.REGISTERED and not state.terminal:  # a final state travels with its result
             self._spawn(self.rollout.report_state(session_id, state, self.config.node_id, STATE_REPORT))
 
     async def _deliver(self, result: SessionResult) -> None:
-        path = self.outbox / f"{result.session_id}.json"
-        await asyncio.to_thread(_write_atomic, path, result.model_dump_json())
+        await self.outbox.keep(result)
         self.jobs.pop(result.session_id, None)
-        self._delivering.add(path.name)
-        try:
-            if await self.rollout.deliver(result, Retry(attempts=self.config.result_attempts)):
-                await asyncio.to_thread(path.unlink, True)
-            # else it stays in the outbox: the heartbeat loop sends it again
-        finally:
-            self._delivering.discard(path.name)
-
-    async def _flush_outbox(self) -> None:
-        for path in sorted(await asyncio.to_thread(lambda: list(self.outbox.glob("*.json")))):
-            if path.name in self._delivering:  # its own delivery is still trying: not twice at once
-                continue
-            if not await self.rollout.deliver(orjson.loads(await asyncio.to_thread(path.read_bytes))):
-                return  # the server is still away: the next heartbeat tries again
-            await asyncio.to_thread(path.unlink, True)
+        await self.outbox.send(result)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -245,15 +159,6 @@ def _sweep(root: Path, keep: set[str]) -> None:
         if path.name not in keep and path.is_dir():
             log.warning("removing %s, left by an earlier run of this node", path)
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # a crash leaves the old file or the new one, never half of one
 
 
 def serve(config: GatewayConfig) -> None:
