@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -24,17 +23,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from ..chat import ChatRequest
 from ..config import LimitsConfig
 from ..control import json_depth
 from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized
-from ..record_codec import Bodies
-from ..records import Session, UpstreamInfo
-from ..store import SqliteStore
+from ..records import Session
 from .backends import Backend
+from .call import Call
 from .dialects import Dialect
 from .gate import GenerationGate, Hold
-from .ids import ordered_hex
 from .recorder import Recorder
 from .relay import Relay, RelayResponse
 from .render import error_response, whole_answer
@@ -71,30 +67,6 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise BodyTooLarge(f"request body is over the {limit}-byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-@dataclass(slots=True)
-class Call:
-    """One harness call in flight."""
-
-    session: Session
-    dialect: Dialect
-    native: dict[str, Any]
-    raw: bytes
-    request: ChatRequest
-    seq: int
-    id: str = field(default_factory=ordered_hex)  # its record's
-    started_at: float = field(default_factory=time.time)
-    target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
-    upstream_body: dict[str, Any] | None = None
-    first_token_at: float | None = None
-    upstream_s: float | None = None  # the inference server's own time, for a call answered whole
-    stored: Bodies | None = None  # its bodies as the store keeps them, encoded while the upstream works
-
-    def prepare(self, store: SqliteStore) -> None:
-        """Encode the bodies for the record now, while the upstream generates: a long history is
-        work the answer then need not wait for."""
-        self.stored = store.prepare(self.session.id, self.id, self.native, self.upstream_body)
 
 
 class CallPipeline:
@@ -213,7 +185,7 @@ class CallPipeline:
                 if not isinstance(exc, Exception):
                     raise
                 return await self.failed(call, exc)
-        return RelayResponse(Relay(self, call, response, hold))
+        return RelayResponse(Relay(self.upstream, self.backend, self.recorder, call, response, hold))
 
     async def failed(self, call: Call, exc: Exception) -> Response:
         """A call that failed once admitted: recorded with its status, answered in its dialect. What

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 from ..chat import Completion
 from ..errors import PolarError
@@ -17,11 +16,9 @@ from ..metrics import ProxyMetrics
 from ..records import CompletionRecord, UpstreamInfo
 from ..store import SqliteStore
 from .backends.base import Backend
+from .call import Call
 from .sessions import Sessions
 from .targets import Targets
-
-if TYPE_CHECKING:
-    from .pipeline import Call
 
 PREPARE_FROM = 16384  # bytes of body: a shorter call's bodies are encoded with its record, if at all
 

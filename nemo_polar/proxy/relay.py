@@ -7,19 +7,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from ..chat import Completion
 from ..errors import PolarError
+from .backends.base import Backend
+from .call import Call
 from .gate import Hold
 from .http import Response as UpstreamResponse
+from .recorder import Recorder
 from .render import SSE_HEADERS
-
-if TYPE_CHECKING:
-    from .pipeline import Call, CallPipeline
+from .upstream import Upstream
 
 log = logging.getLogger("nemo_polar.proxy")
 
@@ -29,9 +29,18 @@ _SSE_RAW_HEADERS = StreamingResponse((), media_type="text/event-stream", headers
 class Relay:
     """Relays one upstream stream to the harness as its dialect's events, and records it once."""
 
-    def __init__(self, pipeline: CallPipeline, call: Call, response: UpstreamResponse, hold: Hold):
-        self.pipeline, self.call, self.response, self.hold = pipeline, call, response, hold
-        self.chunks = pipeline.upstream.events(response)
+    def __init__(
+        self,
+        upstream: Upstream,
+        backend: Backend,
+        recorder: Recorder,
+        call: Call,
+        response: UpstreamResponse,
+        hold: Hold,
+    ):
+        self.backend, self.recorder = backend, recorder
+        self.call, self.response, self.hold = call, response, hold
+        self.chunks = upstream.events(response)
         self.completion: Completion | None = None
         self.failure: PolarError | None = None
         self.recorded = False
@@ -46,7 +55,7 @@ class Relay:
         self.start = start
         call = self.call
         renderer = call.dialect.stream_renderer(call.request)
-        assembler = self.pipeline.backend.stream_parser()
+        assembler = self.backend.stream_parser()
         out: list[bytes] = []
         committed: asyncio.Future[None] | None = None
         try:
@@ -88,7 +97,7 @@ class Relay:
         if self.recorded:
             return None
         self.recorded = True
-        recorder = self.pipeline.recorder
+        recorder = self.recorder
         if self.completion is not None:
             return recorder.record(self.call, self.completion)
         if self.failure is not None:

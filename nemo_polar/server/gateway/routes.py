@@ -12,7 +12,7 @@ minted at start), which the rollout server learns at registration.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,11 +22,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ...contracts import DispatchRequest
 from ...control import error_response, parse, read_json, require_token, route
 from ...errors import NotFound, PolarError
-from ...metrics import scrape
+from ...metrics import NodeGauges, scrape
+from ...proxy.app import Proxy
 from ...serving import json_response
+from .pipeline import Job
 
-if TYPE_CHECKING:
-    from .node import GatewayNode
+
+class Node(Protocol):
+    """What the routes ask of a gateway node (`node.GatewayNode`)."""
+
+    control_token: str
+    proxy: Proxy
+    gauges: NodeGauges
+    jobs: dict[str, Job[Any]]
+
+    def accept(self, request: DispatchRequest) -> bool: ...
+
+    def cancel(self, session_id: str) -> bool: ...
 
 
 class AdminGuard:
@@ -48,7 +60,7 @@ class AdminGuard:
 class NodeRoutes:
     """Each route parses its input, asks the node one thing and renders the answer."""
 
-    def __init__(self, node: GatewayNode):
+    def __init__(self, node: Node):
         self.node = node
 
     @property

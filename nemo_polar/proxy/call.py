@@ -1,0 +1,38 @@
+"""One harness call in flight: what the pipeline's steps, the recorder and the stream's relay share."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat import ChatRequest
+from ..record_codec import Bodies
+from ..records import Session, UpstreamInfo
+from ..store import SqliteStore
+from .dialects import Dialect
+from .ids import ordered_hex
+
+
+@dataclass(slots=True)
+class Call:
+    """One harness call in flight."""
+
+    session: Session
+    dialect: Dialect
+    native: dict[str, Any]
+    raw: bytes
+    request: ChatRequest
+    seq: int
+    id: str = field(default_factory=ordered_hex)  # its record's
+    started_at: float = field(default_factory=time.time)
+    target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
+    upstream_body: dict[str, Any] | None = None
+    first_token_at: float | None = None
+    upstream_s: float | None = None  # the inference server's own time, for a call answered whole
+    stored: Bodies | None = None  # its bodies as the store keeps them, encoded while the upstream works
+
+    def prepare(self, store: SqliteStore) -> None:
+        """Encode the bodies for the record now, while the upstream generates: a long history is
+        work the answer then need not wait for."""
+        self.stored = store.prepare(self.session.id, self.id, self.native, self.upstream_body)
