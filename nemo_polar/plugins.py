@@ -84,7 +84,7 @@ class Registry(Mapping[str, type[P]], Generic[P]):
         self._lock = threading.Lock()
 
     @functools.cached_property
-    def _builtins(self) -> dict[str, str]:
+    def builtins(self) -> dict[str, str]:
         """name -> "module:Class" for each class of the room that sets `name = "..."`."""
         module = sys.modules[self.room]  # the room is being imported: its registry is declared there
         if hasattr(module, "__path__"):
@@ -102,10 +102,10 @@ class Registry(Mapping[str, type[P]], Generic[P]):
 
     def check(self, name: str) -> str:
         """`name` when it is registered or has the `package.module:Class` form; never imports anything."""
-        if name in self._builtins or _is_path(name):
+        if name in self.builtins or _is_path(name):
             return name
         raise UnknownPlugin(
-            f"unknown {self.kind} {name!r}: choose from {sorted(self._builtins)}, "
+            f"unknown {self.kind} {name!r}: choose from {sorted(self.builtins)}, "
             "or name your own class as 'package.module:Class'"
         )
 
@@ -147,16 +147,16 @@ class Registry(Mapping[str, type[P]], Generic[P]):
         return cls
 
     def __contains__(self, name: object) -> bool:
-        return name in self._builtins
+        return name in self.builtins
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._builtins)
+        return iter(self.builtins)
 
     def __len__(self) -> int:
-        return len(self._builtins)
+        return len(self.builtins)
 
     def _load(self, name: str) -> type[P]:
-        where = self._builtins.get(name) or self.check(name)
+        where = self.builtins.get(name) or self.check(name)
         try:
             cls = _import(where)
         except (ImportError, AttributeError, ValueError) as exc:

@@ -15,6 +15,7 @@ from nemo_polar.contracts import STORED, HarnessSpec, TaskSpec
 from nemo_polar.errors import UnknownPlugin
 from nemo_polar.evaluators import EVALUATORS
 from nemo_polar.harnesses import HARNESSES, Endpoint, Inside
+from nemo_polar.plugins import Registry
 from nemo_polar.runtimes import RUNTIMES
 from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.traces import BUILDERS, build
@@ -99,10 +100,39 @@ def own(tmp_path, monkeypatch):
 
 def test_each_registry_lists_its_builtins():
     assert {"codex", "pi", "shell"} <= set(HARNESSES)  # all of them: harnesses/test_launch.py
-    assert set(RUNTIMES) == {"local", "docker", "apptainer", "image"}
-    assert set(BUILDERS) == {"per_request", "prefix_tree"}
+    assert {"local", "docker", "apptainer", "image"} <= set(RUNTIMES)
+    assert {"prefix_tree", "per_request"} <= set(BUILDERS)
     assert {"session_completed", "tests", "swebench"} <= set(EVALUATORS)
     assert HARNESSES["pi"].name == "pi" and BUILDERS["per_request"].name == "per_request"
+
+
+@pytest.mark.parametrize(
+    ("registry", "helpers"),
+    [
+        (HARNESSES, {"base", "install", "logs", "versions"}),
+        (RUNTIMES, {"base", "spec", "steps", "toolchain"}),
+        (EVALUATORS, {"base", "inside", "patch", "pytest_log", "row"}),
+    ],
+    ids=["harnesses", "runtimes", "evaluators"],
+)
+def test_a_plugins_module_is_its_registration(registry, helpers):
+    """Every module of a room but its helpers holds exactly one built-in, found without importing it:
+    a new plug-in is its module."""
+    room = Path(sys.modules[registry.room].__file__).parent
+    modules = {path.stem for path in room.glob("[!_]*.py")} - helpers
+    where = [value.partition(":")[0].rpartition(".")[2] for value in registry.builtins.values()]
+    assert sorted(where) == sorted(modules)
+
+
+def test_two_plugins_of_one_name_are_refused(tmp_path, monkeypatch):
+    (tmp_path / "twice.py").write_text("class A:\n    name = 'x'\n\n\nclass B:\n    name = 'x'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("twice")
+    try:
+        with pytest.raises(ValueError, match="'x' is both"):
+            list(Registry("harness", HARNESSES.base, "twice"))
+    finally:
+        sys.modules.pop("twice", None)
 
 
 @pytest.mark.parametrize("registry", [HARNESSES, RUNTIMES, BUILDERS, EVALUATORS])

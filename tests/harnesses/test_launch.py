@@ -39,16 +39,9 @@ def after(argv: list[str], flag: str) -> str:
 
 
 def test_every_bundled_harness_is_registered():
-    assert set(HARNESSES) == {
-        "codex",
-        "claude_code",
-        "qwen_code",
-        "gemini_cli",
-        "pi",
-        "mini_swe_agent",
-        "openhands",
-        "shell",
-    }
+    assert {"codex", "claude_code", "qwen_code", "gemini_cli", "pi", "mini_swe_agent", "openhands", "shell"} <= set(
+        HARNESSES
+    )
 
 
 def test_codex(tmp_path):
