@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -39,6 +40,19 @@ class StoreTooNew(ConfigError):
 
 def version(conn: sqlite3.Connection) -> int:
     return conn.execute("PRAGMA user_version").fetchone()[0]
+
+
+def open_read_only(path: str | Path) -> sqlite3.Connection:
+    """A reader's connection: the file is never created, migrated or written (`mode=ro`)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no store at {path}")
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout=10000")
+    return conn
+
+
+def tables(conn: sqlite3.Connection) -> set[str]:
+    return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
 
 def migrate(conn: sqlite3.Connection, migrations: Sequence[Migration], name: str = "store") -> int:

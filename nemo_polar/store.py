@@ -35,7 +35,7 @@ from typing import Any
 
 import orjson
 
-from .migrations import Migration, add_column, migrate, statements
+from .migrations import Migration, add_column, migrate, open_read_only, statements
 from .record_codec import Bodies, Decoder, Encoded, Encoder, lengths, unsqueeze
 from .records import CompletionRecord, Session
 
@@ -72,11 +72,7 @@ def key_hash(api_key: str) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()
 
 
-def connect(path: str | Path, read_only: bool = False) -> sqlite3.Connection:
-    if read_only:  # a reader never creates, migrates or writes the file it is shown
-        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=10000")
-        return conn
+def connect(path: str | Path) -> sqlite3.Connection:
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -91,9 +87,7 @@ class SqliteStore:
         self.path = Path(path)
         self.read_only = read_only
         if read_only:
-            if not self.path.is_file():
-                raise FileNotFoundError(f"no record store at {self.path}")
-            self._read = connect(self.path, read_only=True)
+            self._read = open_read_only(self.path)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._read = connect(self.path)

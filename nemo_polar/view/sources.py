@@ -16,7 +16,6 @@ command does).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -190,9 +189,7 @@ class RunSource:
         self.label = str(rollout_path.parent if rollout_path.name == "rollout.sqlite" else rollout_path)
         policy = rollout_path.parent / "policy"  # polar learn keeps the model it trains
         self.model_dir = str(policy) if (policy / "tokenizer.json").is_file() else None
-        self.store = RolloutStore(rollout_path)
-        self._changes = sqlite3.connect(f"file:{rollout_path}?mode=ro", uri=True, check_same_thread=False)
-        self._lock = threading.Lock()
+        self.store = RolloutStore(rollout_path, read_only=True)
         self.records = Records(records_path) if records_path is not None and records_path.is_file() else None
         self.rollups = RollupCache(self.records) if self.records is not None else None
 
@@ -234,8 +231,7 @@ class RunSource:
         return await asyncio.to_thread(self._version)
 
     def _version(self) -> str:
-        with self._lock:
-            (moves,) = self._changes.execute("SELECT COALESCE(MAX(rowid), 0) FROM transitions").fetchone()
+        moves = self.store.last_change()
         calls = self.records.last_change() if self.records else 0
         return f"{moves}.{calls}.{self.rollups.generation if self.rollups else 0}"
 
@@ -244,7 +240,6 @@ class RunSource:
             self.rollups.close()
         if self.records is not None:
             self.records.close()
-        self._changes.close()
         self.store.close()
 
 
@@ -316,14 +311,8 @@ def open_source(run_dir: str | None = None, store: str | None = None) -> Source:
     path = Path(store)
     if not path.is_file():
         raise FileNotFoundError(f"no store at {path}")
-    if _tables(path) >= {"tasks", "sessions", "transitions"}:
+    from ..server.rollout.store import RolloutStore
+
+    if RolloutStore.holds(path):
         return RunSource(path, path.parent / "records.sqlite")
     return RecordsSource(path)
-
-
-def _tables(path: Path) -> set[str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    finally:
-        conn.close()

@@ -3,6 +3,7 @@ from the records, one session (calls, rollup, tree, traces), a call, a trace's t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from nemo_polar.bench.view import write_run
 from nemo_polar.cli import main
 from nemo_polar.contracts import HarnessSpec, TaskSpec
+from nemo_polar.errors import ConfigError
 from nemo_polar.local.vllm_server import TINY_MODEL
 from nemo_polar.server.rollout.store import RolloutStore
 from nemo_polar.store import SqliteStore
@@ -119,6 +121,27 @@ def test_a_rollout_store_finds_its_record_store_beside_it(run_dir):
     folder, _ = run_dir
     source = open_source(store=str(folder / "rollout.sqlite"))
     assert source.kind == "run" and source.records is not None
+
+
+def test_the_viewer_never_writes_or_migrates_the_stores_it_shows(tmp_path):
+    import sqlite3
+
+    write_run(tmp_path, calls=6, per_session=6, trace_tokens=400)
+    rollout, records = tmp_path / "rollout.sqlite", tmp_path / "records.sqlite"
+    before = {p: p.read_bytes() for p in (rollout, records)}
+    source = open_source(run_dir=str(tmp_path))
+    assert source.store.last_change() > 0 and rows(source._listing())
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        source.store.submit(TaskSpec(task_id="no", instruction="x", harness=HarnessSpec(name="pi")))
+    asyncio.run(source.close())
+    assert {p: p.read_bytes() for p in (rollout, records)} == before
+    conn = sqlite3.connect(rollout)
+    conn.execute("PRAGMA user_version = 1")  # as an older nemo_polar left it
+    conn.close()
+    older = rollout.read_bytes()
+    with pytest.raises(ConfigError, match="schema version 1.*a rollout server migrates it"):
+        open_source(store=str(rollout))
+    assert rollout.read_bytes() == older  # shown as it is or not at all: never migrated
 
 
 def test_the_change_feed_says_when_the_run_changed(tmp_path):

@@ -25,7 +25,7 @@ import orjson
 
 from ...contracts import STORED, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...errors import Conflict, IllegalMove, NotFound, RequestInvalid
-from ...migrations import Migration, add_column, migrate, statements
+from ...migrations import Migration, StoreTooNew, add_column, migrate, open_read_only, statements, tables, version
 from ...rollup import SUMMED
 from ...states import SessionState
 
@@ -200,19 +200,33 @@ _NODE_COLS = "registration, metrics, last_heartbeat, draining"
 
 
 class RolloutStore:
-    """`migrations` and `spec_model` are the current schema's; tests pass others to play a later version."""
+    """`migrations` and `spec_model` are the current schema's; tests pass others to play a later version.
+    `read_only`: for readers (`polar view`): the file is neither created, migrated nor written, and one
+    of another schema version is refused, naming why."""
 
     def __init__(
         self,
         path: str | Path,
         *,
+        read_only: bool = False,
         migrations: Sequence[Migration] = MIGRATIONS,
         spec_model: type[TaskSpec] = TaskSpec,
     ):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = _connect(self.path)
-        self.schema_version = migrate(self._conn, migrations, f"rollout store {self.path}")
+        name = f"rollout store {self.path}"
+        if read_only:
+            self._conn = open_read_only(self.path)
+            self.schema_version = version(self._conn)
+            if self.schema_version != len(migrations):
+                self._conn.close()
+                raise StoreTooNew(
+                    f"{name} has schema version {self.schema_version}, this nemo_polar reads {len(migrations)}: "
+                    + ("upgrade it" if self.schema_version > len(migrations) else "a rollout server migrates it")
+                )
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._conn = _connect(self.path)
+            self.schema_version = migrate(self._conn, migrations, name)
         self._spec_model = spec_model
         self._lock = threading.RLock()  # one connection, shared by the service's worker threads
 
@@ -349,6 +363,19 @@ class RolloutStore:
             f"SELECT {_SESSION_COLS} FROM sessions WHERE node_id=? AND state NOT IN {_TERMINAL_SQL}", (node_id,)
         )
         return [_session(r) for r in rows]
+
+    def last_change(self) -> int:
+        """Grows with every state change: a reader's cue to read again."""
+        return self._read("SELECT COALESCE(MAX(rowid), 0) FROM transitions")[0][0]
+
+    @staticmethod
+    def holds(path: str | Path) -> bool:
+        """Whether the SQLite file at `path` is a rollout store (read only)."""
+        conn = open_read_only(path)
+        try:
+            return tables(conn) >= {"tasks", "sessions", "transitions"}
+        finally:
+            conn.close()
 
     def transitions(self, session_id: str) -> list[dict[str, Any]]:
         rows = self._read(
