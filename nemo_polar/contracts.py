@@ -15,6 +15,7 @@ plug-ins are not loaded again.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -26,6 +27,7 @@ from .states import SessionState
 from .traces import BUILDERS
 
 STORED = {"stored": True}  # validation context for specs read back from a store
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is a typo (1e308), not a session
 
 
 def _stored(info: ValidationInfo) -> bool:
@@ -40,7 +42,7 @@ class HarnessSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str = Field(description="a registered harness (nemo_polar.harnesses.HARNESSES) or 'package.module:Class'")
-    max_steps: int = Field(20, ge=1)
+    max_steps: int = Field(20, ge=1, le=100_000, strict=True)
 
     @field_validator("name")
     @classmethod
@@ -87,11 +89,20 @@ class TaskSpec(Strict):
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
     builder: str = Field("prefix_tree", description="per_request, prefix_tree, or 'package.module:Class'")
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
-    num_samples: int = Field(1, ge=1, le=4096)
-    priority: int = Field(0, ge=0, le=100, description="higher enters INIT first; running ones are never preempted")
-    session_timeout_s: float = Field(1800, gt=0, description="from the start of INIT to the result")
-    agent_timeout_s: float = Field(1200, gt=0, description="the harness's own run; time in READY does not count")
-    early_stop_k: int | None = Field(None, ge=1, description="cancel stragglers once k sessions are done")
+    # numbers are numbers: "2" or true is not taken for 2 or 1 (strict), and every one is bounded
+    num_samples: int = Field(1, ge=1, le=4096, strict=True)
+    priority: int = Field(
+        0, ge=0, le=100, strict=True, description="higher enters INIT first; running ones are never preempted"
+    )
+    session_timeout_s: float = Field(
+        1800, gt=0, le=MAX_TIMEOUT_S, strict=True, description="from the start of INIT to the result"
+    )
+    agent_timeout_s: float = Field(
+        1200, gt=0, le=MAX_TIMEOUT_S, strict=True, description="the harness's own run; time in READY does not count"
+    )
+    early_stop_k: int | None = Field(
+        None, ge=1, strict=True, description="cancel stragglers once k sessions are done (at most num_samples)"
+    )
     group_id: str | None = Field(
         None,
         description="the GRPO group when its samples come as one task each (NeMo Gym's /run): early stop and "
@@ -105,7 +116,11 @@ class TaskSpec(Strict):
         None, description="the name that server serves the policy under (NeMo-RL: policy.model_name)"
     )
     max_output_tokens: int | None = Field(
-        None, ge=1, description="cap on each model call's sampled tokens (NeMo-RL writes it into every row)"
+        None,
+        ge=1,
+        le=1 << 24,
+        strict=True,
+        description="cap on each model call's sampled tokens (NeMo-RL writes it into every row)",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -113,6 +128,30 @@ class TaskSpec(Strict):
     @classmethod
     def _known_builder(cls, builder: str) -> str:
         return BUILDERS.check(builder)
+
+    @field_validator("callback_url", "upstream_url")
+    @classmethod
+    def _url(cls, url: str | None, info: ValidationInfo) -> str | None:
+        return None if url is None else http_url(url, info.field_name)
+
+    @model_validator(mode="after")
+    def _early_stop_fits(self) -> TaskSpec:
+        # a task of a Gym group has one sample; its k counts the whole group, which only the server sees
+        if self.early_stop_k is not None and self.group_id is None and self.early_stop_k > self.num_samples:
+            raise ValueError(f"early_stop_k ({self.early_stop_k}) is more than num_samples ({self.num_samples})")
+        return self
+
+
+def http_url(url: str, what: str) -> str:
+    """`url` when it is an http(s) URL with a host (and a port, if any, that is a port)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError as exc:
+        raise ValueError(f"{what}: {url!r} is not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what}: {url!r} is not an http(s) URL with a host")
+    return url
 
 
 class Timing(BaseModel):

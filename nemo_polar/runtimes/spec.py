@@ -24,9 +24,11 @@ class Step(Strict):
     again `retries` times, `backoff_s` apart (doubling); after the last try the session is masked."""
 
     command: str = Field(min_length=1, description="run with sh -c in the working directory")
-    timeout_s: float = Field(600.0, gt=0, description="each try")
-    retries: int = Field(0, ge=0, le=10, description="more tries after a failed one")
-    backoff_s: float = Field(2.0, ge=0, description="before the first retry; doubled for each next one")
+    timeout_s: float = Field(600.0, gt=0, le=24 * 3600, strict=True, description="each try")
+    retries: int = Field(0, ge=0, le=10, strict=True, description="more tries after a failed one")
+    backoff_s: float = Field(
+        2.0, ge=0, le=3600, strict=True, description="before the first retry; doubled for each next one"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="over the runtime's env, for this step")
 
     @model_validator(mode="before")

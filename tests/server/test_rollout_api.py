@@ -85,6 +85,38 @@ def test_invalid_spec_names_the_fields(client):
     assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"upstream_url": "::::"}, "upstream_url"),
+        ({"upstream_url": "ftp://host/x"}, "upstream_url"),
+        ({"upstream_url": "http://host:99999"}, "upstream_url"),
+        ({"callback_url": "not a url"}, "callback_url"),
+        ({"num_samples": "2"}, "num_samples"),
+        ({"num_samples": True}, "num_samples"),
+        ({"priority": 1.5}, "priority"),
+        ({"agent_timeout_s": 1e308}, "agent_timeout_s"),
+        ({"session_timeout_s": "60"}, "session_timeout_s"),
+        ({"max_output_tokens": False}, "max_output_tokens"),
+        ({"num_samples": 2, "early_stop_k": 3}, "early_stop_k"),
+        ({"harness": {"name": "codex", "max_steps": "5"}}, "harness.max_steps"),
+        ({"runtime": {"prepare": [{"command": "x", "retries": True}]}}, "runtime.prepare.0.retries"),
+        ({"runtime": {"repo": "/no/such/folder"}}, "runtime.repo"),
+    ],
+)
+def test_the_door_refuses_a_bad_spec_naming_the_field(client, change, field):
+    r = client.post("/tasks", json=TASK | change)
+    assert r.status_code == 400, r.text
+    assert field in r.json()["error"]["message"]
+
+
+def test_the_door_takes_what_the_bounds_allow(client, tmp_path):
+    ok = {"num_samples": 4, "early_stop_k": 4, "agent_timeout_s": 60, "upstream_url": "https://vllm.node7:8000/v1"}
+    assert client.post("/tasks", json=TASK | ok | {"runtime": {"repo": str(tmp_path)}}).status_code == 201
+    grouped = {"num_samples": 1, "early_stop_k": 3, "group_id": "g1"}  # a Gym group: k counts the group
+    assert client.post("/tasks", json=TASK | grouped).status_code == 201
+
+
 def test_duplicate_submit_is_409(client):
     submit(client, task_id="dup")
     r = client.post("/tasks", json=TASK | {"task_id": "dup"})

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import suppress
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
@@ -34,7 +35,7 @@ from pydantic import BaseModel, Field, model_validator
 from ...config import Strict
 from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...control import LOOPBACK
-from ...errors import Forbidden, IllegalMove, NotFound
+from ...errors import Forbidden, IllegalMove, NotFound, RequestInvalid
 from ...metrics import RolloutMetrics
 from ...states import SessionState
 from ..client import NodeAPI, NodeTarget
@@ -255,6 +256,9 @@ class RolloutService:
                 "runtime.sandbox false and runtime.network host are refused by this rollout server "
                 "(set allow_unsandboxed: true in its configuration to allow them)"
             )
+        if spec.runtime.repo is not None and not Path(spec.runtime.repo).is_dir():
+            # the nodes copy it from a filesystem they share with this server (a cluster's)
+            raise RequestInvalid(f"runtime.repo: no folder {spec.runtime.repo!r} on the rollout server's machine")
         task, sessions = self.store.submit(spec)
         self._emit("task", task_id=task.id, status=task.status)
         return task, sessions
