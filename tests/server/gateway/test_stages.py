@@ -53,7 +53,7 @@ def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_pat
     assert result.stats["harness_version"] == PINS["pi"].version
 
 
-ONE_CALL = Path(__file__).resolve().parents[2] / "examples" / "one_call_agent.py"
+ONE_CALL = Path(__file__).resolve().parents[3] / "examples" / "one_call_agent.py"
 
 
 def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import yaml
 
 from nemo_polar.recipes.check import POLAR_AGENT_PATH, RECIPES_DIR, SEAM, PolarAgentConfig
 
-from .conftest import NEMO_RL, nemo_rl_served, requires_nemo_rl
+from ..conftest import NEMO_RL, nemo_rl_served, requires_nemo_rl
 
 BASE = RECIPES_DIR / "grpo_qwen3.5_4b_polar_swe.yaml"
 VARIANT = RECIPES_DIR / "grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
@@ -138,6 +138,6 @@ def test_without_nemo_rl_the_check_says_how_to_point_at_one(tmp_path):
 def test_the_recipe_check_knows_every_key_of_the_gym_agent_config():
     """The agent section is checked by our model without NeMo Gym installed: it must not drift from the
     agent's own config (gym/responses_api_agents/polar_agent)."""
-    config = Path(__file__).resolve().parents[1] / "gym/responses_api_agents/polar_agent/configs/polar_agent.yaml"
+    config = Path(__file__).resolve().parents[2] / "gym/responses_api_agents/polar_agent/configs/polar_agent.yaml"
     agent = yaml.safe_load(config.read_text())["polar_agent"]["responses_api_agents"]["polar_agent"]
     assert set(agent) - {"datasets"} <= set(PolarAgentConfig.model_fields)

@@ -16,7 +16,7 @@ from nemo_polar.errors import ConfigError
 from nemo_polar.server.gateway.node import GatewayConfig
 from nemo_polar.server.rollout import RolloutConfig
 
-from .conftest import requires_nemo_rl
+from ..conftest import requires_nemo_rl
 
 RECIPE = "recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
 IMAGE = "polar.container=registry.example/nemo-polar:1"
