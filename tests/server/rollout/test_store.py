@@ -314,7 +314,7 @@ def test_a_store_from_before_versions_is_brought_forward(tmp_path):
     import orjson
 
     from nemo_polar.migrations import version
-    from nemo_polar.server.rollout.store import MIGRATIONS
+    from nemo_polar.server.rollout.schema import MIGRATIONS
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
@@ -342,7 +342,7 @@ def test_a_store_written_now_opens_after_a_spec_field_is_renamed(tmp_path):
     from pydantic import ConfigDict, ValidationError, create_model
 
     from nemo_polar.migrations import Migration, rename_key, rewrite_json
-    from nemo_polar.server.rollout.store import MIGRATIONS
+    from nemo_polar.server.rollout.schema import MIGRATIONS
 
     path = tmp_path / "rollout.sqlite"
     now = RolloutStore(path)
