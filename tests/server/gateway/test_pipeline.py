@@ -261,6 +261,7 @@ def test_from_dispatch_and_stage_reports():
         priority=7,
         agent_timeout_s=30,
         session_timeout_s=60,
+        num_samples=4,
         early_stop_k=2,
     )
     s = Job.from_dispatch(DispatchRequest(session_id="x", task=task, callback_url="http://cb"), {"run": 0})
