@@ -8,7 +8,7 @@ A task names its plug-ins (harness, runtime, builder, evaluator) from their room
 are checked when a spec is validated, and each plug-in's options (the harness's settings, the runtime
 kind's, the evaluator's config) by its own `Settings` model, so a typo is refused when the task is
 submitted (400, naming the known ones), never on a node after its sandbox was built. Specs read back
-from a store were checked when they were submitted: validated with `STORED` as context, their
+from a store were checked when they were submitted: validated with `plugins.STORED` as context, their
 plug-ins are not loaded again.
 """
 
@@ -22,16 +22,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from .config import Strict
 from .evaluators import EVALUATORS
 from .harnesses import HARNESSES
+from .plugins import stored
 from .runtimes.spec import RuntimeSpec
 from .states import SessionState
 from .traces import BUILDERS
 
-STORED = {"stored": True}  # validation context for specs read back from a store
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: longer is a typo (1e308), not a session
-
-
-def _stored(info: ValidationInfo) -> bool:
-    return bool(info.context and info.context.get("stored"))
 
 
 class HarnessSpec(BaseModel):
@@ -56,7 +52,7 @@ class HarnessSpec(BaseModel):
 
     @model_validator(mode="after")
     def _settings_fit(self, info: ValidationInfo) -> HarnessSpec:
-        if not _stored(info):
+        if not stored(info):
             HARNESSES.validate(self.name, self.options)
         return self
 
@@ -72,7 +68,7 @@ class EvaluatorSpec(Strict):
 
     @model_validator(mode="after")
     def _config_fits(self, info: ValidationInfo) -> EvaluatorSpec:
-        if not _stored(info):
+        if not stored(info):
             EVALUATORS.validate(self.kind, self.config, "config")
         return self
 

@@ -28,11 +28,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
-from pydantic import ValidationError
+from pydantic import ValidationError, ValidationInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from .config import Strict
 from .errors import ConfigError, UnknownPlugin, problems
+
+STORED = {"stored": True}  # validation context for specs read back from a store: checked when submitted
+
+
+def stored(info: ValidationInfo) -> bool:
+    """Whether a spec is being read back from a store: its plug-ins are not loaded and checked again
+    (one that has since gone does not make the store unreadable)."""
+    return bool(info.context and info.context.get("stored"))
 
 
 class Plugin:

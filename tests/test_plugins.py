@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from nemo_polar.contracts import STORED, HarnessSpec, TaskSpec
+from nemo_polar.contracts import HarnessSpec, TaskSpec
 from nemo_polar.errors import UnknownPlugin
 from nemo_polar.evaluators import EVALUATORS
 from nemo_polar.harnesses import HARNESSES, Endpoint, Inside
-from nemo_polar.plugins import Registry
+from nemo_polar.plugins import STORED, Registry
 from nemo_polar.runtimes import RUNTIMES
 from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.traces import BUILDERS, build

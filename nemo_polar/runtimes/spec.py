@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..config import Strict
-from ..plugins import Registry
+from ..plugins import Registry, stored
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -40,7 +40,7 @@ class Step(Strict):
 class RuntimeSpec(BaseModel):
     """The fields every kind reads; every other key is the kind's own setting (`options`), validated by
     its `Settings` (`runtime.cpus: not a setting of runtime 'local'`). Specs read back from a store are
-    not validated again (`contracts.STORED`)."""
+    not validated again (`plugins.STORED`)."""
 
     model_config = ConfigDict(extra="allow")
     kinds: ClassVar[Registry[Any]]  # runtimes.RUNTIMES, set by the room that imports this module
@@ -89,6 +89,6 @@ class RuntimeSpec(BaseModel):
 
     @model_validator(mode="after")
     def _settings_fit(self, info: ValidationInfo) -> RuntimeSpec:
-        if not (info.context and info.context.get("stored")):
+        if not stored(info):
             RuntimeSpec.kinds.validate(self.kind, self.options)
         return self

@@ -23,9 +23,10 @@ from typing import Any
 
 import orjson
 
-from ...contracts import STORED, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
+from ...contracts import NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...errors import Conflict, IllegalMove, NotFound, RequestInvalid
 from ...migrations import Migration, StoreTooNew, migrate, open_read_only, tables, version
+from ...plugins import STORED
 from ...rollup import SUMMED
 from ...states import SessionState
 from .schema import MIGRATIONS
