@@ -21,7 +21,6 @@ from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.traces import BUILDERS, build
 
 from .harnesses.test_launch import KEY, URL
-from .runtimes.build import runtime as make_runtime
 
 OWN = """
 from pathlib import Path
@@ -152,7 +151,7 @@ def test_a_class_of_your_own_by_import_path(own, tmp_path):
     assert echo.name == "echo" and out.argv == ["echo", "one", "two"] and out.env["KEY"] == KEY
     assert EVALUATORS[f"{own}:Twice"].name == "twice"
     spec = RuntimeSpec(kind=f"{own}:MyRuntime", sandbox=False)
-    assert type(make_runtime(spec, tmp_path, "s1", URL)).__name__ == "MyRuntime"
+    assert type(spec.make(tmp_path, "s1", URL)).__name__ == "MyRuntime"
     with pytest.raises(UnknownPlugin, match="is not a Harness"):
         HARNESSES[f"{own}:NotAPlugin"]
 
@@ -201,7 +200,7 @@ def test_the_env_setting_reaches_the_harness_under_its_own_variables(tmp_path):
 
 
 def test_a_node_builds_the_runtime_a_task_names(tmp_path):
-    rt = make_runtime(RuntimeSpec(sandbox=False), tmp_path, "s1", URL)
+    rt = RuntimeSpec(sandbox=False).make(tmp_path, "s1", URL)
     asyncio.run(rt.start())
     try:
         assert Path(rt.work).is_dir() and not rt.sandboxed
@@ -221,7 +220,7 @@ def test_a_runtime_of_your_own_gets_what_a_builtin_gets(own, tmp_path):
     with pytest.raises(ValidationError, match=r"not a setting of runtime .*its settings: sandbox, flavour"):
         RuntimeSpec(kind=f"{own}:MyRuntime", cpus=2)
     spec = RuntimeSpec(kind=f"{own}:MyRuntime", flavour="salted", sandbox=False)
-    assert make_runtime(spec, tmp_path, "s1", URL).flavour == "salted"
+    assert spec.make(tmp_path, "s1", URL).flavour == "salted"
     row = TaskRow.parse(
         {
             "instance_id": "r1",

@@ -138,7 +138,7 @@ async def _one(
         except HarnessNotInstalled as exc:
             return {"harness": name, "why": str(exc)}
         session = proxy.proxy.sessions.open(metadata={"runtime_check": name})
-        runtime = RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=name, proxy_url=proxy.url)
+        runtime = spec.make(root, name, proxy.url)
         t0 = time.monotonic()
         try:
             await runtime.start()

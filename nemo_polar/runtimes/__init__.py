@@ -1,6 +1,7 @@
 """Where a session's commands run: `local` (bubblewrap or plain processes), `docker`, `apptainer`,
 `image` (a root filesystem folder under bubblewrap), one module each (its `Runtime` class with a
-`name` is the registration), or a subclass of your own named as `"package.module:Class"`. A node makes one per session:
+`name` is the registration), or a subclass of your own named as `"package.module:Class"`. A node makes one per
+session from the task's block: `spec.make(root, session_id, proxy_url)`, which is
 
     RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=session_id, proxy_url=proxy_url)
 

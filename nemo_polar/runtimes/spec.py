@@ -8,6 +8,7 @@ when the task is submitted, like a harness's (`docker`'s `image` and `cpus`, `lo
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -79,6 +80,12 @@ class RuntimeSpec(BaseModel):
     def options(self) -> dict[str, Any]:
         """The kind's own settings as given (nulls left to the kind's defaults)."""
         return {k: v for k, v in (self.model_extra or {}).items() if v is not None}
+
+    def make(self, root: Path, session_id: str, proxy_url: str) -> Any:
+        """The `Runtime` this block names, for one session under a node's `root` (`Registry.make`)."""
+        return self.kinds.make(
+            self.kind, self.options, spec=self, root=root, session_id=session_id, proxy_url=proxy_url
+        )
 
     @property
     def sandboxed(self) -> bool:

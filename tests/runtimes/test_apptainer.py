@@ -10,8 +10,6 @@ import pytest
 
 from nemo_polar.runtimes.spec import RuntimeSpec
 
-from .build import runtime as make_runtime
-
 needs_apptainer = pytest.mark.skipif(
     shutil.which("apptainer") is None, reason="apptainer is not installed: engine tests need it"
 )
@@ -25,7 +23,7 @@ def test_an_instance_session_runs_and_goes_away(proxy, tmp_path):
     spec = RuntimeSpec(kind="apptainer", image=image)
 
     async def body():
-        rt = make_runtime(spec, tmp_path, "a1", proxy.url)
+        rt = spec.make(tmp_path, "a1", proxy.url)
         await rt.start()
         try:
             probe = f"import urllib.request; print(urllib.request.urlopen('{rt.proxy_url}/health').read())"

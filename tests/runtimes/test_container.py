@@ -18,8 +18,6 @@ from nemo_polar.runtimes.base import Bind
 from nemo_polar.runtimes.docker import container_kwargs, image_path
 from nemo_polar.runtimes.spec import RuntimeSpec
 
-from .build import runtime as make_runtime
-
 PROXY = "http://127.0.0.1:8800"
 ENV = {"PATH": "/opt/miniconda3/envs/testbed/bin:/usr/bin:/bin", "PIP_NO_INDEX": "1"}
 IMAGES = {"docker": "swebench/sweb.eval.x86_64.a_1776_b-1:latest", "apptainer": "/sif/a.sif", "image": "/rootfs"}
@@ -41,7 +39,7 @@ def no_engine(monkeypatch, tmp_path):
 
 
 def runtime(kind: str, tmp_path: Path, **spec):
-    rt = make_runtime(RuntimeSpec(kind=kind, image=IMAGES[kind], **spec), tmp_path / "root", "s1", PROXY)
+    rt = RuntimeSpec(kind=kind, image=IMAGES[kind], **spec).make(tmp_path / "root", "s1", PROXY)
     if rt.tunnel is not None:
         rt.tunnel.folder = tmp_path / "sock"  # where start() would put it
     return rt

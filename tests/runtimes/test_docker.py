@@ -10,8 +10,6 @@ from nemo_polar.runtimes import TIMEOUT_RC
 from nemo_polar.runtimes.docker import container_name, exec_argv
 from nemo_polar.runtimes.spec import RuntimeSpec
 
-from .build import runtime as make_runtime
-
 IMAGE = "python:3.11-slim"
 
 
@@ -42,7 +40,7 @@ def test_a_container_session_reaches_only_the_proxy_and_goes_away(proxy, tmp_pat
     spec = RuntimeSpec(kind="docker", image=IMAGE, cpus=1, memory="512m")
 
     async def body():
-        rt = make_runtime(spec, tmp_path, "d1", proxy.url)
+        rt = spec.make(tmp_path, "d1", proxy.url)
         await rt.start()
         try:
             probe = f"import urllib.request; print(urllib.request.urlopen('{rt.proxy_url}/health').read())"
@@ -68,7 +66,7 @@ def test_the_agent_works_in_the_images_own_folder_with_the_toolchain(proxy, tmp_
     spec = RuntimeSpec(kind="docker", image=IMAGE, workdir="/srv/app", env={"POLAR_X": "1"})
 
     async def body():
-        rt = make_runtime(spec, tmp_path, "d3", proxy.url)
+        rt = spec.make(tmp_path, "d3", proxy.url)
         await rt.start()
         try:
             return rt, await rt.exec(["sh", "-c", "pwd; echo $POLAR_X; ls /polar/tools"])
@@ -83,7 +81,7 @@ def test_the_agent_works_in_the_images_own_folder_with_the_toolchain(proxy, tmp_
 @needs_engine
 def test_a_failed_start_leaves_no_container(tmp_path):
     spec = RuntimeSpec(kind="docker", image="polar-no-such-image:0", network="none")
-    rt = make_runtime(spec, tmp_path, "d2", "http://127.0.0.1:1")
+    rt = spec.make(tmp_path, "d2", "http://127.0.0.1:1")
     with pytest.raises(Exception):  # noqa: B017 - the SDK's ImageNotFound
         asyncio.run(rt.start())
     assert not rt.folder.exists()

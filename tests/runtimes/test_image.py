@@ -16,8 +16,6 @@ from nemo_polar.runtimes import TIMEOUT_RC, toolchain
 from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.runtimes.steps import run_steps
 
-from .build import runtime as make_runtime
-
 PY = "/polar/tools/python/bin/python3"
 
 
@@ -32,7 +30,7 @@ def rootfs() -> Path:
 
 def session(spec: RuntimeSpec, root: Path, proxy_url: str, body):
     async def run():
-        rt = make_runtime(spec, root, "s1", proxy_url)
+        rt = spec.make(root, "s1", proxy_url)
         await rt.start()
         try:
             return rt, await body(rt)

@@ -10,8 +10,6 @@ from nemo_polar.runtimes.base import inside_url, proxy_address
 from nemo_polar.runtimes.local import LocalRuntime
 from nemo_polar.runtimes.spec import RuntimeSpec
 
-from .build import runtime as make_runtime
-
 
 def test_defaults_are_a_local_sandbox_reaching_only_the_proxy():
     spec = TaskSpec(instruction="x", harness={"name": "pi"}).runtime
@@ -50,7 +48,7 @@ def test_container_specs_validate():
 
 def test_factory_builds_a_local_runtime(tmp_path):
     spec = RuntimeSpec(repo=str(tmp_path), network="host")
-    rt = make_runtime(spec, tmp_path / "root", "s1", "http://127.0.0.1:8800")
+    rt = spec.make(tmp_path / "root", "s1", "http://127.0.0.1:8800")
     assert isinstance(rt, LocalRuntime)
     assert rt.folder == (tmp_path / "root" / "s1").resolve() and rt.repo == tmp_path and rt.network == "host"
 
@@ -59,7 +57,7 @@ def test_apptainer_without_the_binary_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("POLAR_APPTAINER_BIN", raising=False)
     with pytest.raises(RuntimeError, match="apptainer"):
-        make_runtime(RuntimeSpec(kind="apptainer", image="x.sif"), tmp_path, "s1", "http://127.0.0.1:1")
+        RuntimeSpec(kind="apptainer", image="x.sif").make(tmp_path, "s1", "http://127.0.0.1:1")
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,7 @@ from ...harnesses.install import check_install
 from ...harnesses.logs import keep_logs
 from ...records import Session as ProxySession
 from ...rollup import rollup
-from ...runtimes import RUNTIMES, TIMEOUT_RC, Runtime
-from ...runtimes.spec import RuntimeSpec
+from ...runtimes import TIMEOUT_RC, Runtime
 from ...runtimes.steps import run_steps
 from ...states import SessionState
 from ...traces import build
@@ -85,7 +84,7 @@ class HarnessStages:
 
     async def init(self, job: Job[Work]) -> None:
         work, task = job.data, job.data.request.task
-        work.runtime = _runtime(task.runtime, self.root, job.session_id, self.proxy_url)
+        work.runtime = task.runtime.make(self.root, job.session_id, self.proxy_url)
         await work.runtime.start()
         try:
             work.prepare = await run_steps(work.runtime, task.runtime.prepare)
@@ -183,7 +182,7 @@ class HarnessStages:
     async def _start_eval_runtime(self, job: Job[Work]) -> Runtime:
         work, spec = job.data, job.data.request.task.runtime
         fresh = spec.model_copy(update={"network": "none"})
-        work.eval_runtime = _runtime(fresh, self.root, f"{job.session_id}-eval", self.proxy_url)
+        work.eval_runtime = fresh.make(self.root, f"{job.session_id}-eval", self.proxy_url)
         await work.eval_runtime.start()
         steps = spec.eval_prepare if spec.eval_prepare is not None else spec.prepare
         await run_steps(work.eval_runtime, steps, "eval_prepare")
@@ -254,8 +253,3 @@ class HarnessStages:
             node_id=self.node_id,
             error=job.error or job.cause or (f"evaluation: {failure}" if evaluation and failure else None),
         )
-
-
-def _runtime(spec: RuntimeSpec, root: Path, session_id: str, proxy_url: str) -> Runtime:
-    """The session's sandbox (or the fresh one that grades it) under the node's folder."""
-    return RUNTIMES.make(spec.kind, spec.options, spec=spec, root=root, session_id=session_id, proxy_url=proxy_url)
