@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from ...contracts import NodeMetrics, NodeRegistration, SessionResult, TaskSpec
-from ...errors import Conflict, IllegalMove, NotFound, RequestInvalid
+from ...errors import ConfigError, Conflict, IllegalMove, NotFound, RequestInvalid
 from ...migrations import Migration, StoreTooNew, migrate, open_read_only, tables, version
 from ...plugins import STORED
 from ...rollup import SUMMED
@@ -171,9 +171,10 @@ class RolloutStore:
             self.schema_version = version(self._conn)
             if self.schema_version != len(migrations):
                 self._conn.close()
-                raise StoreTooNew(
+                newer = self.schema_version > len(migrations)
+                raise (StoreTooNew if newer else ConfigError)(
                     f"{name} has schema version {self.schema_version}, this nemo_polar reads {len(migrations)}: "
-                    + ("upgrade it" if self.schema_version > len(migrations) else "a rollout server migrates it")
+                    + ("upgrade it" if newer else "a rollout server migrates it")
                 )
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
