@@ -56,9 +56,10 @@ class Recorder:
         if c is not None and self.backend.splices:
             self.sessions.splices(call.session.id).add(c)
         finished = time.time()
+        status = status or (err.kind if err else "ok")
         self.metrics.call(
             call.dialect.name,
-            status or (err.kind if err else "ok"),
+            status,
             len(c.prompt_token_ids) if c else 0,
             len(c.completion_token_ids) if c else 0,
             None if call.upstream_s is None else finished - call.started_at - call.upstream_s,
@@ -85,7 +86,7 @@ class Recorder:
             if c
             else {},
             upstream=_served_by(call.target or self.targets.info, c),
-            status=status or (err.kind if err else "ok"),
+            status=status,
             error=error or (err.message if err else None),
         )
         if wait and self.durable:
