@@ -29,6 +29,7 @@ class Message:
     # its Chat Completions form, built once (backends.base.message_body): a history's unchanged messages
     # are the same objects call after call, and so are the upstream's
     chat_form: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    chat_json: Any = field(default=None, repr=False, compare=False)  # that form's JSON (an orjson.Fragment)
 
     def text(self) -> str:
         if isinstance(self.content, str):

@@ -77,6 +77,9 @@ class Bodies:
     entries: dict[str, list | None]
     parts: list[tuple[str, bytes, bytes]]
     lists: dict[tuple[str, str], _List]
+    # an earlier record's prompt ids that this record's prompt is known to begin with (they were read from
+    # the same bytes of the answer): a 100k-id prefix taken on trust instead of compared again
+    prompt_base: list[int] | None = None
 
 
 @dataclass
@@ -152,7 +155,7 @@ class Encoder:
         doc = record.__pydantic_serializer__.to_python(record, mode="json", exclude=set(BODIES) | set(TOKENS))
         doc.update(bodies.entries)
         prompt, sampled = record.prompt_token_ids, record.completion_token_ids
-        base, keep = _prefix(prompt, recent)
+        base, keep = _prefix(prompt, recent, bodies.prompt_base)
         doc["prompt"] = [base, keep] if keep else None
         data = _squeeze(KEY_PATTERN.sub(REDACTED, orjson.dumps(doc)))
         tokens = _pack(prompt[keep:], sampled, record.completion_logprobs)
@@ -268,17 +271,19 @@ def _spans(lengths: list[int], start: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _prefix(prompt: list[int], recent: list[_Memory]) -> tuple[str | None, int]:
+def _prefix(prompt: list[int], recent: list[_Memory], known: list[int] | None = None) -> tuple[str | None, int]:
     """The recent call whose prompt + sample this prompt shares the longest prefix with, and its length.
-    The last call first: a chain's next prompt extends it whole, and then nothing else is compared."""
+    The last call first: a chain's next prompt extends it whole, and then nothing else is compared.
+    `known`: a prompt this one is known to begin with (the very list object), not compared again."""
     best: tuple[str | None, int] = (None, 0)
     for memory in reversed(recent):
         p, s = memory.prompt, memory.sampled
         n = len(p) + len(s)
-        if n > len(prompt) or prompt[: len(p)] != p or prompt[len(p) : n] != s:
+        starts = p is known or (len(p) <= len(prompt) and prompt[: len(p)] == p)
+        if not starts:
             n = common_prefix(prompt, p)
-            if n == len(p):
-                n += common_prefix(prompt[n:], s)
+        elif n > len(prompt) or prompt[len(p) : n] != s:
+            n = len(p) + common_prefix(prompt[len(p) :], s)
         if n > best[1]:
             best = (memory.record_id, n)
         if n and (n == len(p) + len(s) or n == len(prompt)):  # nothing else can share more

@@ -4,6 +4,7 @@ back, byte for byte, the records that were written (also from stores written bef
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 
 import orjson
@@ -11,7 +12,7 @@ import pytest
 
 from nemo_polar.bench.merge_corpus import generate, qwen_tokenizer
 from nemo_polar.migrations import migrate, version
-from nemo_polar.record_codec import KEY_PATTERN, REDACTED, Encoder, StoredRecordError, unsqueeze
+from nemo_polar.record_codec import KEY_PATTERN, REDACTED, Encoder, StoredRecordError, _Memory, _prefix, unsqueeze
 from nemo_polar.records import CompletionRecord, UpstreamInfo
 from nemo_polar.store import MIGRATIONS, SqliteStore, connect
 
@@ -243,3 +244,15 @@ def test_a_read_only_store_writes_nothing(tmp_path):
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         reader.close_session("s")
     reader.close()
+
+
+def test_a_prompt_known_to_begin_with_an_earlier_one_gets_the_reference_a_comparison_finds():
+    rng = random.Random(5)
+    for _ in range(200):
+        recent = []
+        for i in range(rng.randint(1, 4)):
+            p = [rng.randrange(4) for _ in range(rng.randint(0, 6))]
+            recent.append(_Memory(f"r{i}", {}, p, [rng.randrange(4) for _ in range(rng.randint(0, 3))], []))
+        known = rng.choice(recent).prompt
+        prompt = known + [rng.randrange(4) for _ in range(rng.randint(0, 6))]
+        assert _prefix(prompt, recent, known) == _prefix(prompt, recent)

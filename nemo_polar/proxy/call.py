@@ -10,6 +10,7 @@ from ..chat import ChatRequest
 from ..record_codec import Bodies
 from ..records import Session, UpstreamInfo
 from ..store import SqliteStore
+from .backends.base import body_json
 from .dialects import Dialect
 from .ids import ordered_hex
 
@@ -36,3 +37,8 @@ class Call:
         """Encode the bodies for the record now, while the upstream generates: a long history is
         work the answer then need not wait for."""
         self.stored = store.prepare(self.session.id, self.id, self.native, self.upstream_body)
+
+    def upstream_json(self) -> bytes:
+        """The upstream body as sent: a long history's unchanged messages serialised once (`body_json`)."""
+        assert self.upstream_body is not None, "targeted first"
+        return body_json(self.upstream_body, self.request.messages)

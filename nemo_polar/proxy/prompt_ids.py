@@ -25,7 +25,8 @@ _SMALL = 16384  # an answer this short is parsed whole: its ids are a few thousa
 
 class PromptIds:
     def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
-        self._last: OrderedDict[str, tuple[bytes, list[int]]] = OrderedDict()
+        # per session: the last answer's ids array (its bytes), the ids read, and the earlier ids they began with
+        self._last: OrderedDict[str, tuple[bytes, list[int], list[int] | None]] = OrderedDict()
         self._limit = sessions
         self._small = small
 
@@ -50,7 +51,7 @@ class PromptIds:
             return orjson.loads(raw)  # the array cut out is not the one the backend reads
         place += head
         place += tail
-        self._last[session_id] = (text, place)
+        self._last[session_id] = (text, place, head or None)
         self._last.move_to_end(session_id)
         while len(self._last) > self._limit:
             self._last.popitem(last=False)
@@ -63,6 +64,12 @@ class PromptIds:
         if last is not None and n and text.startswith(last[0]) and text[n : n + 1] in (b",", b""):
             return last[1], orjson.loads(b"[" + text[n + 1 :] + b"]")
         return [], orjson.loads(b"[" + text + b"]")
+
+    def extends(self, session_id: str, ids: list[int]) -> list[int] | None:
+        """The earlier answer's ids that `ids` (the session's last answer's, as read) begin with: the two
+        were read from the same bytes, so the store need not compare them."""
+        last = self._last.get(session_id)
+        return last[2] if last is not None and last[1] is ids else None
 
     def forget(self, session_id: str) -> None:
         self._last.pop(session_id, None)

@@ -8,6 +8,7 @@ has a record of every answer a harness received in full.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 from ..chat import Completion
@@ -89,9 +90,13 @@ class Recorder:
             status=status,
             error=error or (err.message if err else None),
         )
+        stored = call.stored
+        base = self.sessions.prompt_ids.extends(call.session.id, c.prompt_token_ids) if c and stored else None
+        if base is not None:
+            stored = dataclasses.replace(stored, prompt_base=base)
         if wait and self.durable:
-            return self.store.durable(record, call.stored)
-        self.store.add_record(record, bodies=call.stored)
+            return self.store.durable(record, stored)
+        self.store.add_record(record, bodies=stored)
         done = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done

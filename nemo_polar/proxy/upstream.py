@@ -70,11 +70,10 @@ class Upstream:
     async def close(self) -> None:
         self.http.close()
 
-    async def post_json(
-        self, url: str, body: dict[str, Any], parse: Callable[[bytes], Any] = orjson.loads
-    ) -> dict[str, Any]:
-        """The answer to a call, parsed by `parse` (one that raises orjson's error on what is not JSON)."""
-        status, text = await self._call("POST", url, orjson.dumps(body))
+    async def post_json(self, url: str, body: bytes, parse: Callable[[bytes], Any] = orjson.loads) -> dict[str, Any]:
+        """The answer to a call (its JSON `body`), parsed by `parse` (one that raises orjson's error on
+        what is not JSON)."""
+        status, text = await self._call("POST", url, body)
         if status >= 400:
             raise upstream_error(status, text.decode(errors="replace"))
         try:
@@ -92,11 +91,11 @@ class Upstream:
         except OSError as exc:
             raise _failure(exc) from exc
 
-    async def open_stream(self, url: str, body: dict[str, Any]) -> Response:
+    async def open_stream(self, url: str, body: bytes) -> Response:
         """Open a streaming call (read it with `events`, then release it); raises if the upstream
         refuses it."""
         try:
-            response = await self.http.request("POST", url, orjson.dumps(body), self.timeout_s)
+            response = await self.http.request("POST", url, body, self.timeout_s)
         except OSError as exc:
             raise _failure(exc) from exc
         if response.status >= 400:

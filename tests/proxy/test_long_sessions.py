@@ -12,6 +12,7 @@ import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread, HistoryIds, history_turn
 from nemo_polar.proxy.backends import BACKENDS
+from nemo_polar.proxy.backends.base import body_json
 from nemo_polar.proxy.dialects import DIALECTS
 from nemo_polar.proxy.history import Histories
 from nemo_polar.proxy.prompt_ids import PromptIds
@@ -130,6 +131,11 @@ def test_prompt_ids_read_from_the_last_answer_are_what_a_whole_parse_gives(engin
         got = backend.prompt_ids(body, body["choices"][0])
         if previous is not None and engine != "sglang":  # SGLang's place falls back to a whole parse
             assert got[len(previous) - 1] is previous[-1]  # the same ints, not parsed again
+            # and what the store is told they begin with, uncompared, is what they do begin with
+            assert reader.extends("s", got) is previous and got[: len(previous)] == previous
+        else:
+            assert reader.extends("s", got) is None
+        assert reader.extends("s", list(got)) is None  # only the ids as read
         previous = got
         messages = messages + history(random.Random(t), 1)[2:]
     with pytest.raises(orjson.JSONDecodeError):
@@ -199,3 +205,25 @@ def test_prompt_ids_that_only_look_like_a_continuation_are_parsed_whole():
     for prompt in ([1, 2, 3], [1, 2, 345, 6], [1, 2, 345, 6], [1, 2], [1, 2, 345, 6, 7]):
         raw = orjson.dumps({"choices": [{"message": {}}], "prompt_token_ids": prompt})
         assert reader.parse("s", backend, raw)["prompt_token_ids"] == prompt
+
+
+def test_the_upstream_body_is_what_serialising_it_whole_gives_and_its_kept_history_is_serialised_once():
+    rng, histories, vllm = random.Random(7), Histories(small=0), BACKENDS["vllm"]()
+    messages, kept = history(rng, 6), []
+    for turn in range(4):
+        raw = orjson.dumps({"model": "m", "messages": messages, "tools": [TOOL]})
+        parsed = histories.parse("s", CHAT, raw)
+        histories.validate(CHAT, parsed)
+        request = CHAT.parse_request(parsed.body, {}, {})
+        histories.keep("s", parsed.seen)
+        body = vllm.build_body(request, None, "served")
+        assert body_json(body, request.messages) == orjson.dumps(body)
+        # the messages kept from the last call keep the JSON they were serialised to then
+        assert all(m.chat_json is j for m, j in zip(request.messages, kept, strict=False))
+        kept = [m.chat_json for m in request.messages]
+        assert None not in kept
+        # an engine's own dict where a message was (a splice) is serialised as it is
+        spliced = body | {"messages": [*body["messages"][:-1], {"role": "tool", "content": f"turn {turn} ✓"}]}
+        assert body_json(spliced, request.messages) == orjson.dumps(spliced)
+        assert body_json(body | {"messages": []}, request.messages) == orjson.dumps(body | {"messages": []})
+        messages = messages + [history_turn(messages, "sh"), {"role": "tool", "tool_call_id": "c", "content": "ok"}]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage
 from ...errors import InvalidUpstream
 from ..splice import SpliceIndex
@@ -21,6 +23,25 @@ def message_body(m: Message) -> dict[str, Any]:
     if m.chat_form is None:
         m.chat_form = _chat_form(m)
     return m.chat_form
+
+
+def body_json(body: dict[str, Any], messages: list[Message]) -> bytes:
+    """`orjson.dumps(body)`, without serialising a long history again on every call: the messages
+    that are their request message's kept form (`message_body`), the same objects call after call,
+    go in as the JSON they were serialised to once. An engine's own message dicts (splices) are
+    serialised as they come."""
+    sent = body.get("messages")
+    if not isinstance(sent, list) or len(sent) != len(messages):
+        return orjson.dumps(body)
+    wire = []
+    for d, m in zip(sent, messages, strict=True):
+        if d is not m.chat_form:
+            wire.append(d)
+        else:
+            if m.chat_json is None:
+                m.chat_json = orjson.Fragment(orjson.dumps(d))
+            wire.append(m.chat_json)
+    return orjson.dumps({**body, "messages": wire})
 
 
 def _chat_form(m: Message) -> dict[str, Any]:
