@@ -48,7 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     dswe.set_defaults(func=_data_swe)
 
     tasks = sub.add_parser("tasks", help="the bundled CPU task set").add_subparsers(dest="action", required=True)
-    tcheck = tasks.add_parser("check", help="grade every task's reference fix (1), no change (0), wrong fix (0); Harbor tasks in local and image")
+    tcheck = tasks.add_parser(
+        "check",
+        help="grade every task's reference fix (1), no change (0), wrong fix (0); Harbor tasks in local and image",
+    )
     tcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
     tcheck.add_argument("--workers", type=int, default=None, help="tasks graded at once")
     tcheck.set_defaults(func=_tasks_check)

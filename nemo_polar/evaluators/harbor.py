@@ -39,7 +39,7 @@ from .inside import FILES
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 STEP_TIMEOUT_S = 60.0  # copying the tests in and the logs out
-RUN = f"cd \"$1\" && {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1"
+RUN = f'cd "$1" && {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1'
 SET_UP = f'rm -rf {TESTS} {LOGS} && mkdir -p {TESTS} {LOGS} && cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh'
 COLLECT = f'mkdir -p "$1" && cp -R {LOGS}/. "$1/"'
 
