@@ -44,11 +44,13 @@ def bwrap_argv(
     *,
     network: bool,
     extra=(),
+    root: Sequence[str] = BWRAP_HOST,
 ) -> list[str]:
     """`argv` under bubblewrap; `writable` folders are bound at their host path, or (host, inside)
     pairs at a path of their own (under /tmp, the sandbox's tmpfs). No --new-session: the command
     must stay in the process group we kill; it has no controlling terminal anyway
-    (start_new_session), so there is no tty to hijack."""
+    (start_new_session), so there is no tty to hijack. `root`: the host's / read-only (the default),
+    or `host_folders()`."""
     args: list[str] = []
     for path in _hidden_by_tmp():
         args += ["--ro-bind", path, path]
@@ -58,7 +60,24 @@ def bwrap_argv(
     args += ["--chdir", str(chdir), "--unshare-pid", "--die-with-parent"]
     if not network:
         args.append("--unshare-net")  # a namespace of its own with only loopback
-    return [binary, *BWRAP_HOST, *args, *extra, "--", *argv]
+    return [binary, *root, *args, *extra, "--", *argv]
+
+
+def host_folders(leave_out: Sequence[str] = ()) -> list[str]:
+    """The host's top-level folders read-only (its symlinks as symlinks) on bubblewrap's own empty root,
+    instead of the host's / itself: a command sees the host as under `bwrap_argv`, and folders can be
+    bound at paths the host does not have (a Harbor task's /tests, /logs/verifier, /app). Put before
+    `bwrap_argv`'s own arguments; `leave_out` names top-level entries not to bind."""
+    args: list[str] = []
+    for entry in sorted(os.listdir("/")):
+        path = "/" + entry
+        if entry in ("proc", "dev", "tmp", *leave_out):
+            continue
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return [*args, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
 
 
 async def run_group(

@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl rootfs)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl rootfs harbor)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,6 +26,11 @@ ROOTFS_SUITE=bookworm
 ROOTFS_TASK_PACKAGES=python3,python3-pytest,git
 NPM_TOOLS=$("$PY311" "$PINS" npm)
 MINI=$("$PY311" "$PINS" pip mini_swe_agent)
+# Harbor, only to judge our reading of its task format in the tests (it needs Python 3.12, so it is no
+# dependency): the package without its dependencies (litellm, the cloud SDKs) and what its task config and lint
+# import. 53 MB and about 35 s, against 470 MB and two minutes for a full install.
+HARBOR="harbor==0.26.0"
+HARBOR_DEPS="pydantic==2.14.4 toml==0.10.2 shortuuid==1.0.13 pathspec==1.1.1 packaging==26.4 pyyaml==6.0.4"
 GYM_VERSIONS="0.7.0 0.5.1"                # the newest, and what NeMo-RL pins (nemo_polar/nemo_rl/versions.py)
 GYM_TEST="pytest==8.4.2 pytest-asyncio==1.2.0 pytest-timeout==2.4.0"
 UV=uv==0.13.9                             # Gym builds each server's venv with uv
@@ -189,6 +194,19 @@ setup_gym() {
   done
 }
 
+# Harbor 0.26 on Python 3.12 in .deps/harbor: tests/tasks/test_harbor.py runs its TaskConfig and lint there.
+setup_harbor() {
+  local spec="$HARBOR $HARBOR_DEPS" py
+  if fresh harbor "$spec" && [[ -x "$DEPS/harbor/bin/python" ]]; then return; fi
+  log "Harbor's task format checker ($DEPS/harbor, Python 3.12), about 35 s"
+  py=$(pyenv_python 3.12.1 "${POLAR_PYTHON312:-}")
+  fresh_venv harbor "$py"
+  pipq "$DEPS/harbor/bin/python" --no-deps "$HARBOR"
+  # shellcheck disable=SC2086
+  pipq "$DEPS/harbor/bin/python" $HARBOR_DEPS
+  stamp harbor "$spec"
+}
+
 # NeMo-RL's own code on CPU (Python 3.11, the local torch wheel): what `polar recipes check` and the tests run
 # NeMo-RL's loader, config types and Gym post-processing with, from the checkout NEMO_RL_DIR names.
 setup_nemo_rl() {
@@ -221,10 +239,10 @@ disk_check() {
 disk_check
 
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs)
+[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs harbor)
 for part in "${parts[@]}"; do
   case $part in
-    project|system|model|vllm|mini|openhands|gym|nemo_rl|rootfs) "setup_$part" ;;
+    project|system|model|vllm|mini|openhands|gym|nemo_rl|rootfs|harbor) "setup_$part" ;;
     node) setup_node_tools ;;
     *) log "unknown part: $part"; exit 2 ;;
   esac

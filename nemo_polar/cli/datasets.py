@@ -26,7 +26,8 @@ def _tasks_check(args: argparse.Namespace) -> int:
         n, took = report["tasks"], report["elapsed_s"]
         print(f"{report['correct']}/{report['checks']} checks right over {n} tasks in {took}s")
         for f in report["failures"]:
-            print(f"  {f['task']} {f['check']}: got {f['got']}, expected {f['expected']}: {f['detail']}")
+            where = f" ({f['runtime']})" if "runtime" in f else ""
+            print(f"  {f['task']} {f['check']}{where}: got {f['got']}, expected {f['expected']}: {f['detail']}")
     return 0 if not report["failures"] else 1
 
 
@@ -47,7 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     dswe.set_defaults(func=_data_swe)
 
     tasks = sub.add_parser("tasks", help="the bundled CPU task set").add_subparsers(dest="action", required=True)
-    tcheck = tasks.add_parser("check", help="grade every task's reference fix (1), no change (0), wrong fix (0)")
+    tcheck = tasks.add_parser(
+        "check",
+        help="grade every task's reference fix (1), no change (0), wrong fix (0); Harbor tasks in local and image",
+    )
     tcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
     tcheck.add_argument("--workers", type=int, default=None, help="tasks graded at once")
     tcheck.set_defaults(func=_tasks_check)

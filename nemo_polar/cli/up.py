@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,6 +33,7 @@ from ..server.rollout import RolloutConfig, RolloutThread
 from ..traces import BUILDERS
 
 BUNDLED = "bundled"
+BUNDLED_HARBOR = "bundled-harbor"
 
 
 class VLLMConfig(Strict):
@@ -49,10 +51,14 @@ class DatasetConfig(Strict):
     """`conf/dataset/*.yaml`; `dataset=FILE.jsonl` sets `path`."""
 
     path: str = Field(
-        BUNDLED, description=f"a JSONL file, or {BUNDLED!r}: the bundled task set, built in the run folder"
+        BUNDLED,
+        description=f"a JSONL file, a folder of Harbor tasks, {BUNDLED!r}: the bundled task set, built in the run "
+        f"folder, or {BUNDLED_HARBOR!r}: the bundled Harbor-format tasks",
     )
-    format: Literal["auto", "instruction", "swe"] = Field(
-        "auto", description="instruction: rows {instruction, fields}; swe: SWE-bench rows; auto: by the first row"
+    format: Literal["auto", "instruction", "swe", "harbor"] = Field(
+        "auto",
+        description="instruction: rows {instruction, fields}; swe: SWE-bench rows; harbor: Harbor task folders; "
+        "auto: a folder is Harbor's, a file by its first row",
     )
     limit: int | None = Field(None, ge=1, description="only the first rows")
 
@@ -86,9 +92,16 @@ class UpConfig(Strict):
     proxy: ProxyConfig = ProxyConfig()
 
 
-def _rows(cfg: UpConfig) -> list[tuple[str, str, dict, RuntimeSpec]]:
-    """(id, instruction, fields, runtime) per dataset row."""
+Row = tuple[str, str, dict, RuntimeSpec, dict]  # id, instruction, fields, runtime, the row's own TaskSpec keys
+
+
+def _rows(cfg: UpConfig, run_dir: Path) -> list[Row]:
+    """(id, instruction, fields, runtime, task keys) per dataset row."""
     path, limit = Path(cfg.dataset.path), cfg.dataset.limit
+    if cfg.dataset.path == BUNDLED_HARBOR:
+        from ..tasks.harbor import BUNDLED as path
+    if cfg.dataset.format == "harbor" or (cfg.dataset.format == "auto" and path.is_dir()):
+        return _harbor_rows(cfg, path, run_dir / "harbor")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][:limit]
     swe = cfg.dataset.format == "swe" or (cfg.dataset.format == "auto" and rows and "instance_id" in rows[0])
     if swe:
@@ -98,18 +111,38 @@ def _rows(cfg: UpConfig) -> list[tuple[str, str, dict, RuntimeSpec]]:
         for i, data in enumerate(rows):
             row = parse_row(data, f"{path}:{i + 1}")
             runtime = RuntimeSpec.model_validate(row.runtime(cfg.runtime))  # local: repo_path; else its image
-            out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime))
+            out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime, {}))
         return out
     return [
-        (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), cfg.runtime)
+        (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), cfg.runtime, {})
         for i, r in enumerate(rows)
     ]
 
 
-def tasks(cfg: UpConfig) -> list[TaskSpec]:
+def _harbor_rows(cfg: UpConfig, path: Path, copies: Path) -> list[Row]:
+    """Harbor task folders: each task's working copy (what its Dockerfile copies into its workdir) under
+    `copies`, its runtime, and its own agent timeout (the session's grown to fit it and the verifier's)."""
+    from ..errors import ConfigError
+    from ..tasks.harbor import load_dataset
+
+    if cfg.evaluator.kind in ("tests", "swebench"):
+        raise ConfigError(f"a Harbor dataset is graded by its own tests: evaluator=harbor, not {cfg.evaluator.kind}")
+    out = []
+    for task in load_dataset(path)[: cfg.dataset.limit]:
+        dest = copies / task.task_id
+        shutil.rmtree(dest, ignore_errors=True)
+        runtime = RuntimeSpec.model_validate(task.runtime(cfg.runtime, task.working_copy(dest)))
+        agent_s = task.config.agent.timeout_sec or cfg.agent_timeout_s
+        session_s = max(cfg.session_timeout_s, agent_s + task.config.verifier.timeout_sec + 120)
+        keys = {"agent_timeout_s": agent_s, "session_timeout_s": session_s}
+        out.append((task.task_id, task.instruction, task.fields(), runtime, keys))
+    return out
+
+
+def tasks(cfg: UpConfig, run_dir: Path | None = None) -> list[TaskSpec]:
     out = []
     harnesses = [cfg.harness] if cfg.harness is not None else cfg.harnesses
-    for row_id, instruction, fields, runtime in _rows(cfg):
+    for row_id, instruction, fields, runtime, keys in _rows(cfg, run_dir or Path(cfg.run_dir)):
         for h in harnesses:
             variant = h.options.get("dialect")  # pi on each of its wire APIs: one task each
             name = h.name + (f"-{variant}" if variant else "")
@@ -123,8 +156,7 @@ def tasks(cfg: UpConfig) -> list[TaskSpec]:
                     builder=cfg.builder.kind,
                     evaluator=cfg.evaluator,
                     num_samples=cfg.num_samples,
-                    session_timeout_s=cfg.session_timeout_s,
-                    agent_timeout_s=cfg.agent_timeout_s,
+                    **({"session_timeout_s": cfg.session_timeout_s, "agent_timeout_s": cfg.agent_timeout_s} | keys),
                 )
             )
     return out
@@ -139,7 +171,7 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
 
         built = cfg.dataset.model_copy(update={"path": str(build(run_dir / "tasks"))})
         cfg = cfg.model_copy(update={"dataset": built})
-    specs = tasks(cfg)
+    specs = tasks(cfg, run_dir)
     vllm = VLLMServer(model=Path(cfg.vllm.model), port=cfg.vllm.port, log_path=run_dir / "vllm.log")
     try:
         proxy_cfg = cfg.proxy

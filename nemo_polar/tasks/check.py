@@ -1,8 +1,14 @@
-"""`polar tasks check`: every bundled task, graded by the `tests` evaluator three ways.
+"""`polar tasks check`: every bundled task graded three ways: reference fix -> 1.0, no change -> 0.0,
+wrong fix -> 0.0.
 
-reference fix -> 1.0, no change -> 0.0, wrong fix -> 0.0. Each check plays the agent: a copy of the
-task repo, the patch written into it with `git apply`, then the evaluator as the gateway calls it.
-The no-change check runs the tests too (`run_empty`), so it proves the hidden tests fail on the bug.
+The SWE-style tasks, by the `tests` evaluator: each check plays the agent with a copy of the task repo,
+the patch written into it with `git apply`, then the evaluator as the gateway calls it. The no-change
+check runs the tests too (`run_empty`), so it proves the hidden tests fail on the bug.
+
+The Harbor-format tasks (bundled/harbor/), by the `harbor` evaluator, in each runtime of `runtimes`
+(`local`, and `image` on Debian's root filesystem with python3 when scripts/setup.sh rootfs built it):
+a session's sandbox from the task's own runtime mapping, `solution/solve.sh` (or the task's
+`solution/wrong.sh`, or nothing) run in it as the agent, then the task's own tests/test.sh.
 """
 
 from __future__ import annotations
@@ -15,43 +21,129 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..evaluators.base import EvalContext
+from ..evaluators.base import EvalContext, Evaluation
+from ..evaluators.harbor import HarborEvaluator
+from ..evaluators.inside import FILES
 from ..evaluators.patch import apply_patch
 from ..evaluators.tests import TestsEvaluator
+from ..local.vllm_server import DEPS
+from ..runtimes.spec import RuntimeSpec
 from .bundled import TASKS
+from .harbor import HarborTask, bundled
 from .materialize import materialize, row
 from .model import BundledTask
 
 CHECKS = (("reference", 1.0), ("no_change", 0.0), ("wrong_fix", 0.0))
 # the bundled repos need no pytest plugins, and loading the environment's costs most of each run
 CONFIG = {"run_empty": True, "env": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
+HARBOR_SCRIPTS = {"reference": "solve.sh", "no_change": None, "wrong_fix": "wrong.sh"}
+ROOTFS_PYTHON = DEPS / "rootfs" / "bookworm-python"  # scripts/setup.sh rootfs: Debian with python3, pytest, git
+SOLVE_TIMEOUT_S = 120.0
 
 
-def check_tasks(tasks: tuple[BundledTask, ...] = TASKS, workers: int | None = None) -> dict[str, Any]:
-    """{"tasks", "checks", "correct", "failures": [{task, check, got, expected, detail}], "elapsed_s"}."""
-    return asyncio.run(_check_all(tasks, workers or min(8, (os.cpu_count() or 2) * 2)))
+def harbor_runtimes() -> list[dict[str, Any]]:
+    """The runtime blocks the Harbor tasks are checked in: local, and image where its root filesystem is."""
+    out: list[dict[str, Any]] = [{"kind": "local"}]
+    if (ROOTFS_PYTHON / "bin" / "sh").exists():
+        out.append({"kind": "image", "image": str(ROOTFS_PYTHON)})
+    return out
 
 
-async def _check_all(tasks: tuple[BundledTask, ...], workers: int) -> dict[str, Any]:
+def check_tasks(
+    tasks: tuple[BundledTask, ...] = TASKS,
+    workers: int | None = None,
+    harbor: list[HarborTask] | None = None,
+    runtimes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """{"tasks", "checks", "correct", "failures": [{task, check, got, expected, detail, [runtime]}],
+    "runtimes" (those the Harbor tasks ran in), "elapsed_s"}."""
+    harbor = bundled() if harbor is None else harbor
+    runtimes = harbor_runtimes() if runtimes is None else runtimes
+    return asyncio.run(_check_all(tasks, harbor, runtimes, workers or min(8, (os.cpu_count() or 2) * 2)))
+
+
+async def _check_all(
+    tasks: tuple[BundledTask, ...], harbor: list[HarborTask], runtimes: list[dict[str, Any]], workers: int
+) -> dict[str, Any]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="polar-tasks-check-") as tmp:
         root = Path(tmp)
         commits = await asyncio.to_thread(materialize, root / "repos", tasks)
+        copies = {t.task_id: await asyncio.to_thread(t.working_copy, root / "harbor" / t.task_id) for t in harbor}
         gate = asyncio.Semaphore(workers)
         jobs = [
             _check_one(gate, t, row(t, commits[t.instance_id]), root / "repos" / t.instance_id, root / "runs", c, e)
             for t in tasks
             for c, e in CHECKS
         ]
+        jobs += [
+            _check_harbor(gate, t, copies[t.task_id], rt, root / "runs", c, e)
+            for t in harbor
+            for rt in runtimes
+            for c, e in CHECKS
+        ]
         outcomes = await asyncio.gather(*jobs)
     failures = [o for o in outcomes if o is not None]
     return {
-        "tasks": len(tasks),
+        "tasks": len(tasks) + len(harbor),
         "checks": len(outcomes),
         "correct": len(outcomes) - len(failures),
         "failures": failures,
+        "runtimes": [r["kind"] for r in runtimes],
         "elapsed_s": round(time.monotonic() - t0, 2),
     }
+
+
+async def _check_harbor(
+    gate: asyncio.Semaphore,
+    task: HarborTask,
+    copy: Path | None,
+    block: dict[str, Any],
+    runs: Path,
+    check: str,
+    expected: float,
+) -> dict[str, Any] | None:
+    """One Harbor task, one runtime, one check: the solution as the agent, then the task's own verifier."""
+    kind = block["kind"]
+    fail = {"task": task.task_id, "check": check, "runtime": kind, "got": None, "expected": expected}
+    async with gate:
+        spec = RuntimeSpec.model_validate(task.runtime(block | {"network": "none"}, copy))
+        name = f"{task.task_id}-{kind}-{check}"
+        runtime = spec.make(runs, name, "")
+        try:
+            await runtime.start()
+            result = await _solve_and_verify(task, runtime, HARBOR_SCRIPTS[check], runs / f"{name}-scratch")
+        except Exception as exc:  # a runtime that does not start is a failed check, with its reason
+            return fail | {"detail": f"{type(exc).__name__}: {exc}"}
+        finally:
+            await runtime.stop()
+            await asyncio.to_thread(shutil.rmtree, runs / f"{name}-scratch", True)
+    if isinstance(result, str):
+        return fail | {"detail": result}
+    if result.infrastructure_error is not None:
+        return fail | {"detail": result.infrastructure_error + " " + str(result.details.get("log_tail", ""))[-500:]}
+    if result.reward != expected:
+        return fail | {"got": result.reward, "detail": str(result.details.get("log_tail", ""))[-1000:]}
+    return None
+
+
+async def _solve_and_verify(task: HarborTask, runtime: Any, script: str | None, scratch: Path) -> Evaluation | str:
+    if script is not None:
+        await asyncio.to_thread(shutil.copytree, task.solution, runtime.home / FILES / "solution")
+        path = runtime.inside_home / FILES / "solution" / script
+        rc, out, err = await runtime.exec(["bash", str(path)], None, SOLVE_TIMEOUT_S)
+        if rc != 0:
+            return f"solution/{script} failed (rc {rc}): {(err or out).strip()[-500:]}"
+    in_image = runtime.in_image
+    ctx = EvalContext(
+        fields=task.fields(),
+        config={},
+        work=runtime.work,
+        scratch=scratch,
+        home=runtime.home,
+        sandbox=runtime if in_image else None,
+    )
+    return await HarborEvaluator().evaluate(ctx)
 
 
 async def _check_one(

@@ -12,6 +12,7 @@ import pytest
 from nemo_polar.errors import ConfigError
 from nemo_polar.tasks.bundled import TASKS
 from nemo_polar.tasks.dataset import load_jsonl, parse_row
+from nemo_polar.tasks.harbor import bundled
 from nemo_polar.tasks.materialize import build, materialize
 
 POLAR = Path(sys.executable).with_name("polar")
@@ -91,5 +92,8 @@ def test_polar_tasks_check_json():
     done = subprocess.run([str(POLAR), "tasks", "check", "--json"], capture_output=True, text=True, timeout=300)
     report = json.loads(done.stdout)
     assert done.returncode == 0, report
-    assert report["tasks"] == len(TASKS) and report["correct"] == 3 * report["tasks"] and report["failures"] == []
+    # the Harbor-format tasks are checked in local and image (scripts/setup.sh rootfs), three ways each
+    assert report["runtimes"] == ["local", "image"], "no Debian root filesystem: run scripts/setup.sh rootfs"
+    assert report["tasks"] == len(TASKS) + len(bundled()) and report["failures"] == []
+    assert report["checks"] == report["correct"] == 3 * len(TASKS) + 3 * 2 * len(bundled())
     assert report["elapsed_s"] > 0

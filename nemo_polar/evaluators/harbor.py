@@ -1,0 +1,208 @@
+"""`harbor`: a Harbor task's own verifier, `tests/test.sh`, run in the session's sandbox, as Harbor runs it.
+
+The task's tests/ go to /tests, /logs/verifier starts empty (a reward file the agent left there is
+gone), and `/tests/test.sh > /logs/verifier/test-stdout.txt 2>&1` runs in the working directory under
+the verifier's timeout (`[verifier].timeout_sec`, or `timeout_s`) with `[verifier].env`. Its exit code
+means nothing; the reward is what it wrote:
+
+- /logs/verifier/reward.json, a flat object of finite numbers, wins over reward.txt (one number).
+  The reward is its `reward_key` ("reward"); a file with a single key is that key's value (as Harbor's
+  metrics read it); the other keys go to `details.rewards`.
+- No reward file, an empty or unreadable one, a value that is not a finite number, several keys and
+  none of them `reward_key`, or a verifier past its timeout: there is no valid reward, and the session
+  is masked (`infrastructure_error`), never trained as 0. These are Harbor's own "no reward" errors
+  (RewardFileNotFoundError, RewardFileEmptyError, VerifierOutputParseError, VerifierTimeoutError).
+
+Where: in an image (docker, apptainer, image) the agent's own sandbox, after the agent (Harbor's default,
+the verifier sharing the agent's environment). On a `local` session: bubblewrap over the host's
+folders (`sandbox.host_folders`), no network, with /tests, /logs/verifier and the working copy at the
+task's workdir; without bubblewrap the fixed paths cannot be made and the session is masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..config import Strict
+from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, host_folders, run_group
+from .base import EvalContext, Evaluation, Evaluator, Sandbox
+from .inside import FILES
+
+TESTS, LOGS = "/tests", "/logs/verifier"
+STEP_TIMEOUT_S = 60.0  # copying the tests in and the logs out
+RUN = f'cd "$1" && {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1'
+SET_UP = f'rm -rf {TESTS} {LOGS} && mkdir -p {TESTS} {LOGS} && cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh'
+COLLECT = f'mkdir -p "$1" && cp -R {LOGS}/. "$1/"'
+
+
+class HarborFields(BaseModel):
+    """The dataset row's `harbor` block (`tasks/harbor.py:HarborTask.fields`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    path: str = Field(min_length=1, description="the task folder; its tests/ are the verifier")
+    workdir: str = "/app"
+    verifier_timeout_s: float = Field(600.0, gt=0)
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+
+
+class HarborSettings(Strict):
+    timeout_s: float | None = Field(None, gt=0, description="the verifier's timeout instead of the task's")
+    reward_key: str = Field("reward", min_length=1, description="the key of reward.json that is the reward")
+    env: dict[str, str] = Field(default_factory=dict, description="over the task's [verifier].env")
+
+
+class HarborEvaluator(Evaluator):
+    name = "harbor"
+    Settings = HarborSettings
+
+    async def evaluate(self, ctx: EvalContext) -> Evaluation:
+        try:
+            row = HarborFields.model_validate(ctx.fields.get("harbor"))
+        except ValidationError as exc:
+            return Evaluation.infra(f"not a Harbor task row: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+        tests = Path(row.path) / "tests"
+        if not (tests / "test.sh").is_file():
+            return Evaluation.infra(f"{tests}/test.sh: no such file")
+        timeout = min(self.settings.timeout_s or row.verifier_timeout_s, ctx.timeout_s)
+        env = row.verifier_env | self.settings.env
+        logs = ctx.scratch / "verifier"
+        started = time.monotonic()
+        if ctx.sandbox is not None:
+            rc, problem = await self.run_inside(ctx.sandbox, tests, env, timeout, logs)
+        else:
+            rc, problem = await self.run_local(ctx, row, tests, env, timeout, logs)
+        details: dict[str, Any] = {"test_rc": rc, "verifier_s": round(time.monotonic() - started, 3)}
+        details["log_tail"] = _tail(logs / "test-stdout.txt")
+        if problem is None and rc == TIMEOUT_RC:
+            problem = f"the verifier timed out after {timeout:g} s"
+        if problem is not None:
+            return Evaluation.infra(problem, **details)
+        rewards, problem = read_rewards(logs)
+        if problem is not None:
+            return Evaluation.infra(problem, **details)
+        key, problem = pick(rewards, self.settings.reward_key)
+        if problem is not None:
+            return Evaluation.infra(problem, rewards=rewards, **details)
+        reward = float(rewards[key])
+        return Evaluation(reward=reward, components={key: reward}, details=details | {"rewards": rewards})
+
+    async def run_inside(
+        self, box: Sandbox, tests: Path, env: dict[str, str], timeout: float, logs: Path
+    ) -> tuple[int | None, str | None]:
+        """In the agent's sandbox: the tests in through HOME, the run, the logs out through HOME."""
+        hand = box.home / FILES
+        await _replace(tests, hand / "tests")
+        inside = str(box.inside_home / FILES)
+        rc, out, err = await box.exec(["sh", "-c", SET_UP, "set-up", f"{inside}/tests"], None, STEP_TIMEOUT_S)
+        if rc != 0:
+            return rc, f"copying the tests to {TESTS} failed (rc {rc}): {(err or out).strip()[-500:]}"
+        rc, _, _ = await box.exec(["sh", "-c", RUN, "verifier", str(box.inside_work)], env, timeout)
+        done, out, err = await box.exec(["sh", "-c", COLLECT, "collect", f"{inside}/verifier"], None, STEP_TIMEOUT_S)
+        if done != 0 and rc != TIMEOUT_RC:
+            return rc, f"reading {LOGS} back failed (rc {done}): {(err or out).strip()[-500:]}"
+        await _replace(hand / "verifier", logs)
+        return rc, None
+
+    async def run_local(
+        self, ctx: EvalContext, row: HarborFields, tests: Path, env: dict[str, str], timeout: float, logs: Path
+    ) -> tuple[int | None, str | None]:
+        """A local session: bubblewrap with the task's fixed paths over the host's folders."""
+        binary = bwrap()
+        if binary is None:
+            return None, "a local Harbor task needs bubblewrap (its /tests, /logs/verifier and workdir)"
+        if ctx.work is None:
+            return None, "no working copy to verify"
+        top = row.workdir.strip("/").split("/")[0]
+        if not top or os.path.lexists("/" + top):
+            return None, f"workdir {row.workdir!r} is under the host's /{top}: a local run cannot bind it there"
+        logs.mkdir(parents=True, exist_ok=True)
+        home = ctx.scratch / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        staged = ctx.scratch / "tests"
+        await _replace(tests, staged)
+        (staged / "test.sh").chmod(0o755)
+        writable = [(ctx.work, row.workdir), (logs, LOGS), (home, "/root")]
+        argv = bwrap_argv(
+            binary,
+            ["sh", "-c", RUN, "verifier", row.workdir],
+            writable,
+            row.workdir,
+            network=False,
+            root=host_folders(leave_out=(top, "root", "tests", "logs")),
+            extra=["--ro-bind", str(staged), TESTS],
+        )
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root", "LANG": "C.UTF-8"}
+        try:
+            rc, _, err = await run_group(argv, base | env, None, timeout)
+        except OSError as exc:
+            return None, f"the verifier could not start: {exc}"
+        if rc != TIMEOUT_RC and rc != 0 and err.startswith("bwrap:"):
+            return rc, f"the verifier's sandbox failed: {err.strip()[-500:]}"
+        return rc, None
+
+
+def read_rewards(logs: Path) -> tuple[dict[str, float], str | None]:
+    """The rewards a verifier wrote to `logs` (reward.json over reward.txt), or why there are none."""
+    as_json, as_text = logs / "reward.json", logs / "reward.txt"
+    if as_json.is_file():
+        text = as_json.read_text(errors="replace")
+        if not text.strip():
+            return {}, "reward.json is empty"
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return {}, f"reward.json is not JSON: {exc}"
+        if not isinstance(data, dict) or not data:
+            return {}, "reward.json is not a flat object of numbers"
+        for key, value in data.items():
+            # bool is an int in Python, and Harbor takes true/false as 1/0: so do we
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                return {}, f"reward.json: {key}: {value!r} is not a finite number"
+        return {k: float(v) for k, v in data.items()}, None
+    if as_text.is_file():
+        text = as_text.read_text(errors="replace")
+        if not text.strip():
+            return {}, "reward.txt is empty"
+        try:
+            value = float(text)
+        except ValueError:
+            return {}, f"reward.txt: {text.strip()[:100]!r} is not a number"
+        if not math.isfinite(value):
+            return {}, f"reward.txt: {value!r} is not a finite number"
+        return {"reward": value}, None
+    return {}, f"the verifier wrote no reward ({LOGS}/reward.json or reward.txt)"
+
+
+def pick(rewards: dict[str, float], key: str) -> tuple[str, str | None]:
+    """Which of `rewards` is the reward: `key`, else the only one."""
+    if key in rewards:
+        return key, None
+    if len(rewards) == 1:
+        return next(iter(rewards)), None
+    return key, f"reward.json has keys {sorted(rewards)} and no {key!r}: set the evaluator's reward_key"
+
+
+async def _replace(src: Path, dest: Path) -> None:
+    def copy() -> None:
+        shutil.rmtree(dest, ignore_errors=True)
+        if src.is_dir():
+            shutil.copytree(src, dest, symlinks=True)
+
+    await asyncio.to_thread(copy)
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return ""

@@ -1,0 +1,3 @@
+from .center import mean, median
+
+__all__ = ["mean", "median"]
