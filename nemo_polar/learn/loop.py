@@ -4,8 +4,9 @@ Each step: every prompt becomes a task of `samples` sessions (a GRPO group) on t
 gateway node runs the harness (by default the one-call `shell` agent, `examples/one_call_agent.py`) in a
 bubblewrap sandbox against the proxy and vLLM; POST-RUN builds the traces and the `answer` evaluator
 gives the reward. The sessions become Gym `/run` results and NeMo-RL's post-processing turns them into
-samples (`learn/data.py`); the recorded logprobs are checked against a torch recompute; one GRPO step
-updates the policy (`learn/policy.py`). The new weights go out through the product: the rollout server
+samples and into NeMo-RL's GRPO training batch (`learn/data.py`); the recorded logprobs are checked against a
+torch recompute; one GRPO step updates the policy (`learn/policy.py`): by NeMo-RL's own advantages and
+`ClippedPGLossFn` under our recipe where NeMo-RL is found (`update=auto`), else by our own loss. The new weights go out through the product: the rollout server
 pauses every node's proxy (held and drained), vLLM reloads the weights in place and drops its prefix
 cache, and the resume carries the new policy version, recorded on every later call. A restart of vLLM
 is the fallback where it cannot reload in place.
