@@ -6,10 +6,10 @@ bubblewrap sandbox against the proxy and vLLM; POST-RUN builds the traces and th
 gives the reward. The sessions become Gym `/run` results and NeMo-RL's post-processing turns them into
 samples and into NeMo-RL's GRPO training batch (`learn/data.py`); the recorded logprobs are checked against a
 torch recompute; one GRPO step updates the policy (`learn/policy.py`): by NeMo-RL's own advantages and
-`ClippedPGLossFn` under our recipe where NeMo-RL is found (`update=auto`), else by our own loss. The new weights go out through the product: the rollout server
-pauses every node's proxy (held and drained), vLLM reloads the weights in place and drops its prefix
-cache, and the resume carries the new policy version, recorded on every later call. A restart of vLLM
-is the fallback where it cannot reload in place.
+`ClippedPGLossFn` under our recipe where NeMo-RL is found (`update=auto`), else by our own loss. The new
+weights go out through the product: the rollout server pauses every node's proxy (held and drained), vLLM
+reloads the weights in place and drops its prefix cache, and the resume carries the new policy version,
+recorded on every later call. A restart of vLLM is the fallback where it cannot reload in place.
 
 This is the one-machine reference loop. Training at scale is NeMo-RL's (README: Train with NeMo-RL).
 """
