@@ -35,10 +35,20 @@ def _launch_slurm(args: argparse.Namespace) -> int:
         launch_overrides=launch_overrides,
         dry_run=args.dry_run,
         check=not args.no_check,
+        wait=args.wait,
     )
     if args.dry_run:
         print(json.dumps(plan) if args.json else render_text(plan))
-    return 0
+        return 0
+    job = plan["job"]
+    if args.json:
+        print(json.dumps(job))
+    elif args.wait:
+        state = f"{job['job_state']} (exit {job['exit_code']}, from {job['state_from']})"
+        print(f"job {job['job_id']}: {state} after {job['seconds']} s")
+    else:
+        print(job["job_id"])
+    return 0 if job.get("job_state", "COMPLETED") == "COMPLETED" else 1
 
 
 def _launch_sidecar(args: argparse.Namespace) -> int:
@@ -64,7 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     lslurm.add_argument("--nodes", type=int, required=True)
     lslurm.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
     lslurm.add_argument("--dry-run", action="store_true", help="print what each node would run; submit nothing")
-    lslurm.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
+    lslurm.add_argument("--wait", action="store_true", help="follow the job to its end; exit 0 only if COMPLETED")
+    lslurm.add_argument(
+        "--json", action="store_true", help="one JSON object: the plan (--dry-run) or the job (id, logs, state)"
+    )
     lslurm.add_argument("--no-check", action="store_true", help="skip NeMo-RL's check of the recipe")
     lslurm.add_argument(
         "overrides",
