@@ -1,5 +1,6 @@
 """NeMo-RL GRPO on a cluster: its recipes checked (`recipes check`), launched under SLURM with our rollout
-server and gateways beside it (`launch slurm`), and each node's part there (`launch sidecar`)."""
+server and gateways beside it (`launch slurm`), and each node's part there (`launch sidecar`); a Slurm cluster
+on this machine to try it on (`cluster slurm up|down|status`)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,32 @@ def _launch_sidecar(args: argparse.Namespace) -> int:
     return sidecar(load(LaunchConfig, "launch", args.overrides))
 
 
+def _cluster_slurm(args: argparse.Namespace) -> int:
+    from ..cluster.testcluster import SlurmTestCluster
+
+    c = SlurmTestCluster(args.root, gpus=args.gpus, mode=args.mode)
+    if args.action == "up":
+        c.up()
+    elif args.action == "down":
+        stopped = c.down()
+        print(json.dumps({"stopped": stopped}) if args.json else f"stopped: {', '.join(stopped) or 'nothing'}")
+        return 0
+    alive = [f"{d.name} {d.pid}" for d in c.daemons() if d.alive()]
+    nodes = c.client("sinfo", "-h", "-N", "-o", "%N %T %G", timeout=10).stdout.split("\n") if alive else []
+    state = {
+        "slurm_conf": str(c.conf),
+        "daemons": alive,
+        "nodes": [n for n in nodes if n],
+        "jobs": c.jobs() if alive else [],
+    }
+    if args.json:
+        print(json.dumps(state))
+    else:
+        print(f"daemons: {', '.join(alive) or 'none'}; nodes: {'; '.join(state['nodes']) or 'none'}")
+        print(f"export SLURM_CONF={c.conf}" if alive else f"(polar cluster slurm up --root {args.root})")
+    return 0 if alive else 1
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     recipes = sub.add_parser("recipes", help="NeMo-RL GRPO recipes").add_subparsers(dest="action", required=True)
     rcheck = recipes.add_parser("check", help="load every recipe as NeMo-RL does and check each key")
@@ -88,3 +115,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")
     lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
     lside.set_defaults(func=_launch_sidecar)
+
+    cluster = sub.add_parser("cluster", help="a Slurm cluster on this machine, to launch on").add_subparsers(
+        dest="kind", required=True
+    )
+    cslurm = cluster.add_parser("slurm", help="munged, slurmctld and a slurmd as root, all under --root")
+    cslurm.add_argument("action", choices=("up", "down", "status"))
+    cslurm.add_argument("--root", default="runs/slurm", help="its configuration, state, logs (default: runs/slurm)")
+    cslurm.add_argument("--gpus", type=int, default=8, help="fake GPUs per node as GPU GRES (0: no GRES)")
+    cslurm.add_argument("--mode", choices=("host", "chroot"), default="host", help="how the SPANK plugin runs tasks")
+    cslurm.add_argument("--json", action="store_true", help="one JSON object")
+    cslurm.set_defaults(func=_cluster_slurm)

@@ -35,7 +35,9 @@ def render_text(p: dict[str, Any]) -> str:
     lines.append(f"\n## NeMo-RL's ray.sub on the allocation (and {p['ray_sub']['token_env']}, minted at submit)")
     lines += [f"{k}={shlex.quote(v)} \\" for k, v in p["ray_sub"]["env"].items()]
     lines.append(shlex.join(p["sbatch"]))
-    lines.append("# at submit, what the command leaves unset is the cluster's: --partition, --account, --gres (slurm.py)")
+    lines.append(
+        "# at submit, what the command leaves unset is the cluster's: --partition, --account, --gres (slurm.py)"
+    )
     return "\n".join(lines)
 
 
