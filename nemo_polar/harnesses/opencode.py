@@ -72,7 +72,11 @@ class Opencode(Harness):
     Settings = OpencodeSettings
     settings: OpencodeSettings
     # its log, and its sessions (messages, tool parts) in one SQLite database
-    log_files = (".local/share/opencode/log/*.log", ".local/share/opencode/opencode.db*")
+    log_files = (
+        ".local/share/opencode/log/*.log",
+        ".local/share/opencode/opencode.db",
+        ".local/share/opencode/opencode.db-wal",
+    )
 
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         home = inside.home
