@@ -128,7 +128,8 @@ def namespace_ids(pid: int) -> dict[str, str]:
 
 
 def processes_in(namespaces: set[str]) -> list[int]:
-    """Every process of this machine living in one of these namespaces (ids as namespace_ids gives them)."""
+    """Every process of this machine living in one of these namespaces (ids as namespace_ids gives them). An id
+    names a namespace only while it lives: the kernel gives it to a later one."""
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
         for kind in ("net", "uts", "pid", "mnt"):
