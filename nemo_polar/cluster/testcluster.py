@@ -396,7 +396,9 @@ class SlurmTestCluster:
             self._net_record().unlink()
         self._record().unlink(missing_ok=True)
         shutil.rmtree(self.socket_dir, ignore_errors=True)
-        for name in set(self.names) | {d.node for d in daemons if d.node}:
+        # only the nodes this cluster recorded: another cluster's slurmd may use this machine's name
+        nodes_made = (set(net.get("nodes", {})) | {d.node for d in daemons if d.node}) if net else {self.node}
+        for name in nodes_made:
             _remove_freezer(FREEZER / f"slurm_{name}")
         return stopped
 
