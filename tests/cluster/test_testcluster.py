@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import getpass
 import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -90,10 +92,12 @@ def test_a_cluster_without_gres_runs_tasks_chrooted_and_stops_leaving_nothing(tm
 
 
 def _started(pid: int) -> str | None:
+    """A live process's start time; None for none, or a zombie (its namespaces already let go)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _links() -> set[str]:
@@ -103,9 +107,14 @@ def _links() -> set[str]:
 @requires_nodes
 def test_two_nodes_in_their_own_namespaces_reach_only_each_other_and_stop_leaving_nothing(tmp_path):
     links_before, mounts_before = _links(), Path("/proc/self/mountinfo").read_text().count(str(tmp_path))
-    c = SlurmTestCluster(tmp_path / "c", nodes=2, node="tm", ports=(16847, 16848), gpus=2)
-    c.up()
+    kwargs = {"nodes": 2, "node": "tm", "ports": (16847, 16848), "gpus": 2}
+    c = SlurmTestCluster(tmp_path / "c", **kwargs)
+    # started by another process that then exits, as `polar cluster slurm up` is: stopped by what it recorded
+    up = "from nemo_polar.cluster.testcluster import SlurmTestCluster as C; "
+    up += f"C({str(c.root)!r}, **{kwargs!r}).up()"
+    started = subprocess.run([sys.executable, "-c", up], capture_output=True, text=True, timeout=60, check=False)
     try:
+        assert started.returncode == 0, started.stderr[-2000:]
         net = c.network()
         assert c.names == ["tm1", "tm2"] and set(net["nodes"]) == {"tm1", "tm2"}
         assert {net["bridge"], *net["links"]} <= _links() - links_before
