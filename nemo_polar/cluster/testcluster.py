@@ -62,31 +62,29 @@ def missing() -> str | None:
     return None
 
 
-def _proc_identity(pid: int) -> tuple[str, str] | None:
-    """(name, start time in clock ticks) of a live process, from /proc/<pid>/stat; None if there is none (or
-    only its zombie, reaped here where it is our child)."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    name, fields = raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return None
-    return name, fields[19]
-
-
 def _stat(pid: int) -> tuple[str, str, int, str] | None:
-    """(name, state, parent pid, start time) of process `pid`, as this machine's /proc says."""
+    """(name, state, parent pid, start time in clock ticks) of process `pid`, from /proc/<pid>/stat."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
     return raw[raw.index("(") + 1 : raw.rindex(")")], fields[0], int(fields[1]), fields[19]
+
+
+def _proc_identity(pid: int) -> tuple[str, str] | None:
+    """(name, start time) of a live process; None if there is none (or only its zombie, reaped here where it is
+    our child)."""
+    st = _stat(pid)
+    if st is None:
+        return None
+    if st[1] in ("Z", "X"):
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        return None
+    return st[0], st[3]
 
 
 @dataclass
