@@ -63,7 +63,7 @@ def _launch_sidecar(args: argparse.Namespace) -> int:
 def _cluster_slurm(args: argparse.Namespace) -> int:
     from ..cluster.testcluster import SlurmTestCluster
 
-    c = SlurmTestCluster(args.root, gpus=args.gpus, mode=args.mode)
+    c = SlurmTestCluster(args.root, gpus=args.gpus, mode=args.mode, nodes=args.nodes)
     if args.action == "up":
         c.up()
     elif args.action == "down":
@@ -72,16 +72,20 @@ def _cluster_slurm(args: argparse.Namespace) -> int:
         return 0
     alive = [f"{d.name} {d.pid}" for d in c.daemons() if d.alive()]
     nodes = c.client("sinfo", "-h", "-N", "-o", "%N %T %G", timeout=10).stdout.split("\n") if alive else []
+    net = c.network()
     state = {
         "slurm_conf": str(c.conf),
         "daemons": alive,
         "nodes": [n for n in nodes if n],
         "jobs": c.jobs() if alive else [],
+        "network": {k: net[k] for k in ("bridge", "subnet", "links")} if net else None,
     }
     if args.json:
         print(json.dumps(state))
     else:
         print(f"daemons: {', '.join(alive) or 'none'}; nodes: {'; '.join(state['nodes']) or 'none'}")
+        if net:
+            print(f"bridge {net['bridge']} ({net['subnet']}), links {', '.join(net['links'])}")
         print(f"export SLURM_CONF={c.conf}" if alive else f"(polar cluster slurm up --root {args.root})")
     return 0 if alive else 1
 
@@ -119,10 +123,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser("cluster", help="a Slurm cluster on this machine, to launch on").add_subparsers(
         dest="kind", required=True
     )
-    cslurm = cluster.add_parser("slurm", help="munged, slurmctld and a slurmd as root, all under --root")
+    cslurm = cluster.add_parser("slurm", help="munged, slurmctld and a slurmd per node as root, all under --root")
     cslurm.add_argument("action", choices=("up", "down", "status"))
     cslurm.add_argument("--root", default="runs/slurm", help="its configuration, state, logs (default: runs/slurm)")
     cslurm.add_argument("--gpus", type=int, default=8, help="fake GPUs per node as GPU GRES (0: no GRES)")
+    cslurm.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="up: 1 (this machine's name, on loopback) or more (n1, n2, ...: each in its own network, UTS, PID "
+        "and mount namespaces on a bridge inside this machine); down and status read what up recorded",
+    )
     cslurm.add_argument("--mode", choices=("host", "chroot"), default="host", help="how the SPANK plugin runs tasks")
     cslurm.add_argument("--json", action="store_true", help="one JSON object")
     cslurm.set_defaults(func=_cluster_slurm)
