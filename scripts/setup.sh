@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl rootfs harbor)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl rootfs harbor slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,6 +38,11 @@ UV=uv==0.13.9                             # Gym builds each server's venv with u
 # post-processing code on CPU: recipes checked and Gym results post-processed by NeMo-RL itself.
 NEMO_RL_DEPS="ray[default]==2.60.0 torchdata transformers>=5.5.0,<5.9.0 pillow pyzmq nvidia-ml-py uvicorn fastapi
   mlflow swanlab wandb prometheus_client tensorboard datasets soundfile tensordict hydra-core omegaconf rich"
+
+# A Slurm cluster on this machine (nemo_polar/cluster/testcluster.py): Debian's Slurm and munge, PMIx for ray.sub's
+# --mpi=pmix (its plugin dlopens the unversioned libpmix.so, so the -dev package), spank.h for our SPANK plugin.
+SLURM_PACKAGES="slurmctld slurmd slurm-client munge libslurm-dev libpmix-dev iproute2 gcc libc6-dev"
+SPANK_SRC=nemo_polar/cluster/spank/polar_container.c
 
 # pip warns about every package the machine's local index does not hold: noise, not news.
 pipq() {
@@ -220,6 +225,30 @@ setup_nemo_rl() {
   stamp nemo_rl "$spec"
 }
 
+# Debian's Slurm (installed, never started: a temporary policy-rc.d keeps the packages' services down) and our
+# SPANK plugin for ray.sub's pyxis options, built against the installed spank.h.
+setup_slurm() {
+  local missing=() pkg spec
+  for pkg in $SLURM_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    if [[ $(id -u) != 0 ]]; then log "slurm: ${missing[*]} missing and not root: the Slurm cluster tests skip"; return 0; fi
+    log "Slurm and munge (apt: ${missing[*]})"
+    local guard=/usr/sbin/policy-rc.d added=
+    [[ -e $guard ]] || { printf '#!/bin/sh\nexit 101\n' >"$guard"; chmod +x "$guard"; added=1; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }
+    [[ -z $added ]] || rm -f "$guard"
+  fi
+  spec="$(cat "$SPANK_SRC")$(dpkg-query -W -f='${Version}' libslurm-dev)"
+  if fresh slurm "$spec" && [[ -f "$DEPS/slurm/polar_container.so" ]]; then return; fi
+  log "SPANK plugin ($DEPS/slurm/polar_container.so)"
+  mkdir -p "$DEPS/slurm"
+  gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o "$DEPS/slurm/polar_container.so" "$SPANK_SRC"
+  stamp slurm "$spec"
+}
+
 setup_model() {
   local spec; spec="$(cat nemo_polar/local/tiny_model.py)"
   if fresh model "$spec" && [[ -f "$DEPS/models/tiny/config.json" ]]; then return; fi
@@ -239,10 +268,10 @@ disk_check() {
 disk_check
 
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs harbor)
+[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs harbor slurm)
 for part in "${parts[@]}"; do
   case $part in
-    project|system|model|vllm|mini|openhands|gym|nemo_rl|rootfs|harbor) "setup_$part" ;;
+    project|system|model|vllm|mini|openhands|gym|nemo_rl|rootfs|harbor|slurm) "setup_$part" ;;
     node) setup_node_tools ;;
     *) log "unknown part: $part"; exit 2 ;;
   esac

@@ -1,5 +1,6 @@
 """NeMo-RL GRPO on a cluster: its recipes checked (`recipes check`), launched under SLURM with our rollout
-server and gateways beside it (`launch slurm`), and each node's part there (`launch sidecar`)."""
+server and gateways beside it (`launch slurm`), and each node's part there (`launch sidecar`); a Slurm cluster
+on this machine to try it on (`cluster slurm up|down|status`)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,20 @@ def _launch_slurm(args: argparse.Namespace) -> int:
         launch_overrides=launch_overrides,
         dry_run=args.dry_run,
         check=not args.no_check,
+        wait=args.wait,
     )
     if args.dry_run:
         print(json.dumps(plan) if args.json else render_text(plan))
-    return 0
+        return 0
+    job = plan["job"]
+    if args.json:
+        print(json.dumps(job))
+    elif args.wait:
+        state = f"{job['job_state']} (exit {job['exit_code']}, from {job['state_from']})"
+        print(f"job {job['job_id']}: {state} after {job['seconds']} s")
+    else:
+        print(job["job_id"])
+    return 0 if job.get("job_state", "COMPLETED") == "COMPLETED" else 1
 
 
 def _launch_sidecar(args: argparse.Namespace) -> int:
@@ -47,6 +58,36 @@ def _launch_sidecar(args: argparse.Namespace) -> int:
     from ..config import load
 
     return sidecar(load(LaunchConfig, "launch", args.overrides))
+
+
+def _cluster_slurm(args: argparse.Namespace) -> int:
+    from ..cluster.testcluster import SlurmTestCluster
+
+    c = SlurmTestCluster(args.root, gpus=args.gpus, mode=args.mode, nodes=args.nodes)
+    if args.action == "up":
+        c.up()
+    elif args.action == "down":
+        stopped = c.down()
+        print(json.dumps({"stopped": stopped}) if args.json else f"stopped: {', '.join(stopped) or 'nothing'}")
+        return 0
+    alive = [f"{d.name} {d.pid}" for d in c.daemons() if d.alive()]
+    nodes = c.client("sinfo", "-h", "-N", "-o", "%N %T %G", timeout=10).stdout.split("\n") if alive else []
+    net = c.network()
+    state = {
+        "slurm_conf": str(c.conf),
+        "daemons": alive,
+        "nodes": [n for n in nodes if n],
+        "jobs": c.jobs() if alive else [],
+        "network": {k: net[k] for k in ("bridge", "subnet", "links")} if net else None,
+    }
+    if args.json:
+        print(json.dumps(state))
+    else:
+        print(f"daemons: {', '.join(alive) or 'none'}; nodes: {'; '.join(state['nodes']) or 'none'}")
+        if net:
+            print(f"bridge {net['bridge']} ({net['subnet']}), links {', '.join(net['links'])}")
+        print(f"export SLURM_CONF={c.conf}" if alive else f"(polar cluster slurm up --root {args.root})")
+    return 0 if alive else 1
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +105,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     lslurm.add_argument("--nodes", type=int, required=True)
     lslurm.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
     lslurm.add_argument("--dry-run", action="store_true", help="print what each node would run; submit nothing")
-    lslurm.add_argument("--json", action="store_true", help="with --dry-run: the plan as one JSON object")
+    lslurm.add_argument("--wait", action="store_true", help="follow the job to its end; exit 0 only if COMPLETED")
+    lslurm.add_argument(
+        "--json", action="store_true", help="one JSON object: the plan (--dry-run) or the job (id, logs, state)"
+    )
     lslurm.add_argument("--no-check", action="store_true", help="skip NeMo-RL's check of the recipe")
     lslurm.add_argument(
         "overrides",
@@ -75,3 +119,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")
     lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
     lside.set_defaults(func=_launch_sidecar)
+
+    cluster = sub.add_parser("cluster", help="a Slurm cluster on this machine, to launch on").add_subparsers(
+        dest="kind", required=True
+    )
+    cslurm = cluster.add_parser("slurm", help="munged, slurmctld and a slurmd per node as root, all under --root")
+    cslurm.add_argument("action", choices=("up", "down", "status"))
+    cslurm.add_argument("--root", default="runs/slurm", help="its configuration, state, logs (default: runs/slurm)")
+    cslurm.add_argument("--gpus", type=int, default=8, help="fake GPUs per node as GPU GRES (0: no GRES)")
+    cslurm.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="up: 1 (this machine's name, on loopback) or more (n1, n2, ...: each in its own network, UTS, PID "
+        "and mount namespaces on a bridge inside this machine); down and status read what up recorded",
+    )
+    cslurm.add_argument("--mode", choices=("host", "chroot"), default="host", help="how the SPANK plugin runs tasks")
+    cslurm.add_argument("--json", action="store_true", help="one JSON object")
+    cslurm.set_defaults(func=_cluster_slurm)

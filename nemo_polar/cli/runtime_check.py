@@ -1,7 +1,7 @@
 """`polar runtime check`: every harness configuration makes a model call through the proxy from inside
 a runtime, and leaves nothing behind.
 
-    polar runtime check --runtime image --json     # {"harnesses": 11, "ran": 11, "failures": []}
+    polar runtime check --runtime image --json     # {"harnesses": 12, "ran": 12, "failures": []}
 
 One session per configuration: every registered harness (`harnesses.HARNESSES`), once per wire API for
 one whose settings choose it (Pi on its four), with the options its class gives the check

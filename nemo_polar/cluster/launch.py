@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..local.vllm_server import stop_group
 from ..nemo_rl.versions import NEMO_RL_COMMIT, ignores_mask_sample
+from . import slurm
 from .topology import TOKEN_ENV, LaunchConfig, plan, sidecar_commands
 
 
@@ -34,6 +35,9 @@ def render_text(p: dict[str, Any]) -> str:
     lines.append(f"\n## NeMo-RL's ray.sub on the allocation (and {p['ray_sub']['token_env']}, minted at submit)")
     lines += [f"{k}={shlex.quote(v)} \\" for k, v in p["ray_sub"]["env"].items()]
     lines.append(shlex.join(p["sbatch"]))
+    lines.append(
+        "# at submit, what the command leaves unset is the cluster's: --partition, --account, --gres (slurm.py)"
+    )
     return "\n".join(lines)
 
 
@@ -65,20 +69,33 @@ def main_slurm(
     launch_overrides: list[str],
     dry_run: bool,
     check: bool,
+    wait: bool = False,
 ) -> dict[str, Any]:
-    """The plan; submitted with `sbatch` unless `dry_run`."""
+    """The plan; unless `dry_run`, submitted with `sbatch` (the options the config leaves unset asked of the
+    cluster first) and, with `wait`, followed to the job's end. The plan gains `job`: its id, log, state."""
     check_images(cfg)
     if check:
         check_recipe(recipe, recipe_overrides)
     p = plan(cfg, nodes, recipe, recipe_overrides, launch_overrides)
     if dry_run:
         return p
+    p["sbatch"][-1:-1] = slurm.cluster_args(cfg.slurm, cfg.slurm.gpus_per_node)
+    run_dir = Path(cfg.run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)  # sbatch's --output and ray.sub's logs go there
     env = os.environ | p["ray_sub"]["env"] | {TOKEN_ENV: os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(32)}
-    out = subprocess.run(p["sbatch"], env=env, capture_output=True, text=True, check=False)
-    if out.returncode:
-        raise ConfigError(f"sbatch failed ({out.returncode}): {out.stderr.strip()}")
-    print(out.stdout.strip(), file=sys.stderr)
-    return p
+    started = time.monotonic()
+    job_id = slurm.submit(p["sbatch"], env)
+    job = {
+        "job_id": job_id,
+        "slurm_out": str(run_dir / f"slurm-{job_id}.out"),
+        "log_dir": str(run_dir / f"{job_id}-logs"),
+    }
+    print(f"submitted job {job_id}: {job['slurm_out']}, {job['log_dir']}/", file=sys.stderr, flush=True)
+    if wait:
+        end = slurm.follow(job_id)
+        job |= {"job_state": end.state, "exit_code": end.exit_code, "state_from": end.source}
+        job["seconds"] = round(time.monotonic() - started, 1)
+    return p | {"job": job}
 
 
 def sidecar(cfg: LaunchConfig) -> int:

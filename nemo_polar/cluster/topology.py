@@ -56,6 +56,9 @@ class SlurmConfig(Strict):
     time: str = "04:00:00"
     job_name: str = "polar-grpo"
     gpus_per_node: int = Field(8, ge=1)
+    gres: bool | None = Field(
+        None, description="--gres=gpu:N: null where the partition's nodes have GPU GRES (ray.sub's own rule)"
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 
@@ -167,8 +170,11 @@ def plan(
         "SANDBOX_EXTRA_MOUNTS": _mounts([str(REPO), store], []),
         "NEMO_SKILLS_SANDBOX_PORT": str(topo.gateway_port),
     }
-    sbatch = ["sbatch", f"--nodes={nodes}", f"--gres=gpu:{cfg.slurm.gpus_per_node}", f"--time={cfg.slurm.time}"]
-    sbatch += [f"--job-name={cfg.slurm.job_name}"]
+    # Unset partition, account and gres (null) are the cluster's, asked at submit (slurm.py); the job's own log
+    # goes beside ray.sub's <jobid>-logs/.
+    sbatch = ["sbatch", f"--nodes={nodes}", f"--time={cfg.slurm.time}", f"--job-name={cfg.slurm.job_name}"]
+    sbatch += [f"--output={Path(cfg.run_dir).resolve() / 'slurm-%j.out'}"]
+    sbatch += [f"--gres=gpu:{cfg.slurm.gpus_per_node}"] if cfg.slurm.gres else []
     sbatch += [f"--account={cfg.slurm.account}"] if cfg.slurm.account else []
     sbatch += [f"--partition={cfg.slurm.partition}"] if cfg.slurm.partition else []
     sbatch += list(cfg.slurm.extra_args) + [str(Path(cfg.nemo_rl.dir) / "ray.sub")]

@@ -53,7 +53,7 @@ def test_every_registered_harness_is_checked_with_options_it_takes():
         spec = HarnessSpec(**options, max_steps=2)
         assert HARNESSES.make(spec.name, spec.options).name == options["name"], name
     assert {"pi-openai_chat", "pi-openai_responses", "pi-anthropic", "pi-gemini", "shell", "codex"} <= set(configs)
-    assert len(configs) == 11
+    assert len(configs) == 12
 
 
 def test_a_new_harness_is_checked_once_per_api_its_settings_choose(tmp_path, monkeypatch):

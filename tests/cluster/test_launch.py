@@ -51,6 +51,21 @@ def test_dry_run_hands_ray_sub_the_training_and_our_sidecar(nodes):
     assert by_node == {"node-0": ["rollout", "gateway"]} | {f"node-{i}": ["gateway"] for i in range(1, nodes)}
 
 
+def test_the_sbatch_line_leaves_partition_account_and_gres_to_the_cluster_unless_set(tmp_path):
+    """Unset, they are asked of the cluster at submit (ray.sub's header placeholders must never apply);
+    the job's own log goes to run_dir, beside ray.sub's <jobid>-logs/."""
+    done = _launch("--nodes", "2", "--dry-run", "--json", "--no-check", IMAGE, f"run_dir={tmp_path}")
+    sbatch = json.loads(done.stdout)["sbatch"]
+    assert f"--output={tmp_path}/slurm-%j.out" in sbatch
+    assert not [a for a in sbatch if a.startswith(("--gres", "--partition", "--account"))]
+    done = _launch(
+        "--nodes", "2", "--dry-run", "--json", "--no-check", IMAGE,
+        "slurm.gres=true", "slurm.gpus_per_node=4", "slurm.partition=gpu", "slurm.account=acct",
+    )  # fmt: skip
+    sbatch = json.loads(done.stdout)["sbatch"]
+    assert {"--gres=gpu:4", "--partition=gpu", "--account=acct"} <= set(sbatch) and sbatch[-1].endswith("ray.sub")
+
+
 def test_the_sidecar_command_loads_back_as_the_launch_config():
     """ray.sub runs SANDBOX_COMMAND as is: its overrides must rebuild the same topology on each node."""
     overrides = ["topology.gateway_port=6100", "topology.capacity.run=4", "polar.container=img"]

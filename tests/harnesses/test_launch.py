@@ -39,9 +39,8 @@ def after(argv: list[str], flag: str) -> str:
 
 
 def test_every_bundled_harness_is_registered():
-    assert {"codex", "claude_code", "qwen_code", "gemini_cli", "pi", "mini_swe_agent", "openhands", "shell"} <= set(
-        HARNESSES
-    )
+    bundled = {"codex", "claude_code", "qwen_code", "gemini_cli", "pi", "mini_swe_agent", "openhands", "opencode"}
+    assert bundled | {"shell"} <= set(HARNESSES)
 
 
 def test_codex(tmp_path):
@@ -95,6 +94,49 @@ def test_gemini_cli(tmp_path):
     assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"  # else "Invalid auth method"
     assert settings["security"]["folderTrust"]["enabled"] is False
     assert settings["model"]["maxSessionTurns"] == 7 and settings["telemetry"]["enabled"] is False
+
+
+def test_opencode(tmp_path):
+    task = 'Fix issue 42:  the "bug" -- --help\nthen -m x'
+    harness = HARNESSES.make("opencode", {"max_tokens": 512, "context": 8192, "body": {"top_p": 0.9}})
+    out = harness.launch(task, Endpoint(URL, KEY, MODEL), Inside(Path("/h"), Path("/testbed"), TOOLS), 7)
+    argv, env = out.argv, out.env
+    # the toolchain's Python opens the instruction as stdin and execs the native binary (no node)
+    assert argv[:4] == [str(TOOLS / "python/bin/python3"), "-I", "-S", "-c"]
+    assert argv[5:9] == ["/h/.polar/instruction.md", str(TOOLS / "node/bin/opencode"), "run", "--auto"]
+    assert after(argv, "--dir") == "/testbed" and after(argv, "-m") == f"polar/{MODEL}" and task not in argv
+    assert after(argv, "--format") == "json"  # its events on stdout, kept with the session's logs
+    config = json.loads(env["OPENCODE_CONFIG_CONTENT"])
+    provider = config["provider"]["polar"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {"baseURL": f"{URL}/v1", "apiKey": KEY}
+    assert provider["models"] == {
+        MODEL: {"name": MODEL, "limit": {"context": 8192, "output": 512}, "options": {"top_p": 0.9}}
+    }
+    assert config["model"] == config["small_model"] == f"polar/{MODEL}" and config["enabled_providers"] == ["polar"]
+    assert config["agent"]["title"]["disable"] is True  # no title call beside the agent's
+    assert config["compaction"] == {"auto": False, "prune": False} and config["autoupdate"] is False
+    for off in ("AUTOUPDATE", "AUTOCOMPACT", "PRUNE", "MODELS_FETCH", "SHARE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS"):
+        assert env[f"OPENCODE_DISABLE_{off}"] == "1"
+    assert [env[f"XDG_{k}_HOME"] for k in ("CONFIG", "DATA", "CACHE", "STATE")] == [
+        "/h/.config",
+        "/h/.local/share",
+        "/h/.cache",
+        "/h/.local/state",
+    ]
+    assert KEY not in " ".join(argv)
+    out.write_files(tmp_path)
+    assert (tmp_path / ".polar/instruction.md").read_text() == task
+    # the lock that keeps it from npm-installing its plugin package
+    lock = json.loads((tmp_path / ".config/opencode/package-lock.json").read_text())
+    assert "@opencode-ai/plugin" in lock["packages"][""]["dependencies"]
+    assert (tmp_path / ".config/opencode/node_modules").is_dir()
+
+
+def test_opencode_defaults_fit_a_small_context(tmp_path):
+    out = launch(HARNESSES["opencode"](), tmp_path)
+    limit = json.loads(out.env["OPENCODE_CONFIG_CONTENT"])["provider"]["polar"]["models"][MODEL]["limit"]
+    assert limit == {"context": 32768, "output": 4096}  # its own default output, 32000, would not fit
 
 
 @pytest.mark.parametrize(

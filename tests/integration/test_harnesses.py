@@ -19,6 +19,7 @@ CASES = {
     "claude_code": (HARNESSES["claude_code"](), "anthropic", True),
     "qwen_code": (HARNESSES["qwen_code"](), "openai_chat", True),
     "gemini_cli": (HARNESSES["gemini_cli"](), "gemini", True),
+    "opencode": (HARNESSES["opencode"](), "openai_chat", True),
     "mini_swe_agent": (HARNESSES["mini_swe_agent"](), "openai_chat", False),
     **{f"pi-{d}": (Pi(dialect=d), d, True) for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
 }

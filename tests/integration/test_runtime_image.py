@@ -36,7 +36,7 @@ def needs(path):
 def test_every_harness_calls_the_model_from_inside_debian(vllm):
     needs(ROOTFS)
     result = check(runtime_spec("image"), upstream_url=vllm.url)
-    assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(configurations()) == 11, result
+    assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(configurations()) == 12, result
 
 
 @pytest.fixture

@@ -75,3 +75,45 @@ def test_a_multi_turn_conversation_merges_into_one_on_policy_chain(real_proxy, t
         f"\nconversation: 4 calls -> {len(merged.traces)} trace; drift {merged.stats.drift}; trace tokens "
         f"{merged.stats.trace_tokens} vs {build(records, 'per_request').stats.trace_tokens} per request"
     )
+
+
+def test_opencode_continuing_its_session_extends_one_on_policy_chain(real_proxy, tokenizer, tmp_path):
+    """opencode re-sends its history itself (from its session database): a second `run --continue` in the
+    same HOME sends the first call's messages, its answer word for word (an empty answer left out), and
+    the new instruction; the builder puts both calls in one chain (the random model's text may come back
+    tokenised differently: a repaired `retokenization`), whose trained logprobs are the model's."""
+    import asyncio
+
+    from nemo_polar.harnesses import Endpoint
+    from nemo_polar.runtimes.local import LocalRuntime
+
+    harness, session = HARNESSES["opencode"](), real_proxy.proxy.sessions.open()
+
+    async def run() -> list[int]:
+        runtime = LocalRuntime(tmp_path, sandbox=True, session_id="oc", proxy_url=real_proxy.url)
+        await runtime.start()
+        try:
+            codes = []
+            for task in ("Say hello in one word.", "Now say goodbye."):
+                launch = harness.launch(task, Endpoint(runtime.proxy_url, session.api_key), runtime.inside(), 2)
+                if codes:
+                    launch.argv.insert(launch.argv.index("run") + 1, "--continue")
+                launch.write_files(runtime.home)
+                codes.append((await runtime.exec(launch.argv, launch.env, timeout=300))[0])
+            return codes
+        finally:
+            await runtime.stop()
+
+    assert asyncio.run(run()) == [0, 0]
+    real_proxy.proxy.store.flush()
+    first, second = records = real_proxy.proxy.store.records(session.id)
+    sent, answer = second.native_request["messages"], first.message["content"]
+    assert sent[:2] == first.native_request["messages"] and sent[-1] == {"role": "user", "content": "Now say goodbye."}
+    if not answer:  # an empty answer is not re-sent: the second call starts a chain of its own
+        assert len(sent) == 3 and len(build(records, tokenizer=tokenizer).traces) == 2
+        return
+    assert sent[2] == {"role": "assistant", "content": answer}
+    merged = build(records, tokenizer=tokenizer)
+    assert len(merged.traces) == 1 and merged.stats.merged == 1 and set(merged.stats.drift) <= {"retokenization"}
+    strict = build(records, tokenizer=tokenizer, repair=False)
+    assert max(d for t in strict.traces for d in deltas(t)) < BOUND

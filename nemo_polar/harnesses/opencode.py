@@ -1,0 +1,121 @@
+"""opencode: OpenAI Chat Completions, streaming, through its OpenAI-compatible provider.
+
+Its whole configuration is one JSON in OPENCODE_CONFIG_CONTENT (a provider `polar` at the proxy, every
+model it may pick pinned to the served one); HOME and the XDG folders are the session's. Everything it
+would fetch besides the model is off (update check, models.dev, share, LSP downloads, default plugins),
+and so is everything that rewrites the history it sends (auto-compaction, pruning of old tool output)
+or adds calls that are not the agent's own (the session title). The repository's own AGENTS.md is read,
+as in any run of opencode; its own opencode.json cannot move the provider (this configuration wins).
+The instruction goes in on stdin, from a file in HOME: given as arguments, opencode quotes every one
+with a space in it and crashes on one that parses as a number. The toolchain's Python opens the file
+as stdin and execs opencode (nothing of the image's, no process in between).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import Field
+
+from ..runtimes.toolchain import PYTHON
+from .base import Endpoint, Harness, HarnessSettings, Inside, Launch, dump
+from .versions import Pin
+
+PROVIDER = "polar"
+INSTRUCTION = ".polar/instruction.md"  # under HOME
+STDIN_FROM = "import os, sys; os.dup2(os.open(sys.argv[1], os.O_RDONLY), 0); os.execv(sys.argv[2], sys.argv[2:])"
+PLUGIN_LOCK = {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
+
+
+class OpencodeSettings(HarnessSettings):
+    max_tokens: int = Field(
+        4096,
+        gt=0,
+        description="the `max_tokens` it sends on every call (its own default, 32000, fills a small context)",
+    )
+    context: int = Field(32768, gt=0, description="the context window it assumes for the served model")
+    body: dict[str, Any] = Field(
+        default_factory=dict, description="more fields of every request it sends (its model `options`), e.g. top_p"
+    )
+
+
+def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
+    model = endpoint.model
+    limit = {"context": settings.context, "output": settings.max_tokens}
+    provider = {
+        "npm": "@ai-sdk/openai-compatible",  # bundled in its binary: nothing installed at run time
+        "name": PROVIDER,
+        "options": {"baseURL": f"{endpoint.base_url}/v1", "apiKey": endpoint.api_key},
+        "models": {model: {"name": model, "limit": limit, "options": settings.body}},
+    }
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {PROVIDER: provider},
+        "enabled_providers": [PROVIDER],
+        "model": f"{PROVIDER}/{model}",
+        "small_model": f"{PROVIDER}/{model}",
+        "autoupdate": False,
+        "share": "disabled",
+        "snapshot": False,
+        "lsp": False,
+        "formatter": False,
+        "compaction": {"auto": False, "prune": False},
+        "agent": {"title": {"disable": True}},
+    }
+
+
+class Opencode(Harness):
+    name = "opencode"
+    pin = Pin("opencode-ai", "1.18.33", "npm")
+    dialects = ("openai_chat",)
+    Settings = OpencodeSettings
+    settings: OpencodeSettings
+    # its log, and its sessions (messages, tool parts) in one SQLite database
+    log_files = (
+        ".local/share/opencode/log/*.log",
+        ".local/share/opencode/opencode.db",
+        ".local/share/opencode/opencode.db-wal",
+    )
+
+    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
+        home = inside.home
+        argv = [
+            str(inside.tools / PYTHON),
+            "-I",
+            "-S",
+            "-c",
+            STDIN_FROM,
+            str(home / INSTRUCTION),
+            str(inside.tools / "node/bin/opencode"),  # a native binary: no node
+            "run",
+            "--auto",
+            "--format",
+            "json",
+            "--dir",
+            str(inside.work),
+            "-m",
+            f"{PROVIDER}/{endpoint.model}",
+        ]
+        env = self.base_env(inside) | {
+            "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_DATA_HOME": str(home / ".local/share"),
+            "XDG_CACHE_HOME": str(home / ".cache"),
+            "XDG_STATE_HOME": str(home / ".local/state"),
+            "OPENCODE_CONFIG_CONTENT": json.dumps(config(endpoint, self.settings)),
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_AUTOCOMPACT": "1",
+            "OPENCODE_DISABLE_PRUNE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        }
+        # it npm-installs @opencode-ai/plugin (for plugins of one's own; none here) into its config folder
+        # unless a lock file there lists it: the sandbox reaches no registry, so the lock says it is there
+        files = {
+            INSTRUCTION: task,
+            ".config/opencode/package-lock.json": dump(PLUGIN_LOCK),
+            ".config/opencode/node_modules/.keep": "",
+        }
+        return Launch(argv, env, files)

@@ -1,0 +1,140 @@
+"""`polar launch slurm` for real, on the Slurm clusters of this machine (tests/cluster/conftest.py): a production
+recipe through NeMo-RL's own ray.sub, from its checkout, unchanged, on 1 node and on 2 (each in its own namespaces).
+What it reaches is read from ray.sub's own files and our rollout store: our sidecar (the rollout server and a
+registered gateway on every node), the Ray head (and worker), the driver started.
+The driver then stops in NeMo-RL's GRPO import (this CPU environment runs Python 3.11; NeMo-RL wants 3.13 and
+GPUs): the boundary of what this machine can run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemo_polar.cluster.slurm import ENDED
+
+from ..conftest import NEMO_RL, requires_nemo_rl
+from .conftest import requires_nodes
+
+RECIPE = "recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
+# `uv run X` would build NeMo-RL's GPU venv inside the checkout; this one runs X as that venv would, in the
+# Python that imports NeMo-RL here.
+UV = '#!/bin/sh\n[ "$1" = run ] || exit 2\nshift\n'
+UV += 'PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" exec "$NEMO_RL_PYTHON" "$@"\n'
+
+
+def _launch_env(tmp_path: Path, cluster) -> dict[str, str]:
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "uv").write_text(UV)
+    (tmp_path / "bin" / "uv").chmod(0o755)
+    (tmp_path / "home").mkdir()  # no ~/.ray/auth_token from earlier Ray runs: ray status would lack the token
+    path = [str(tmp_path / "bin"), str(Path(sys.executable).parent), str(NEMO_RL.python.parent)]  # polar, ray
+    return (
+        os.environ
+        | cluster.env
+        | {
+            "PATH": os.pathsep.join(path + [os.environ["PATH"]]),
+            "HOME": str(tmp_path / "home"),
+            "NEMO_RL_DIR": str(NEMO_RL.dir),
+            "NEMO_RL_PYTHON": str(NEMO_RL.python),
+            "PYTHONDONTWRITEBYTECODE": "1",  # nothing written into the checkout
+        }
+    )
+
+
+def _processes_naming(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd and str(os.getpid()) != proc.name:
+            found.append(f"{proc.name}: {cmd[:200]}")
+    return found
+
+
+def _launch(cluster, nodes: int, tmp_path: Path) -> tuple[dict, Path, str, float]:
+    """`polar launch slurm --nodes N --wait --json` with no slurm.* override; (job, its ray.sub log folder, its
+    slurm-<id>.out, seconds from launch to the job's end), the job's own checks made."""
+    run_dir, store = tmp_path / "run", tmp_path / "store"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", str(nodes), "--recipe", RECIPE,
+         "--wait", "--json", "--no-check", "polar.container=nemo-polar:test", f"run_dir={run_dir}",
+         f"topology.store_dir={store}"],
+        capture_output=True, text=True, timeout=400, env=_launch_env(tmp_path, cluster),
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    job = json.loads(done.stdout)
+    assert job["job_state"] in ENDED and Path(job["slurm_out"]) == run_dir / f"slurm-{job['job_id']}.out"
+    out = Path(job["slurm_out"]).read_text()
+    # the cluster's default partition and GRES, with no slurm.* override
+    started_line = f"ray.sub started (job={job['job_id']} nodes={nodes} partition=batch node={cluster.names[0]})"
+    assert started_line in out and "--gres=gpu:8" in out, done.stderr[-2000:]
+    # ray.sub's driver: NeMo-RL's entry point ran, up to its GRPO import; the job failed there, with exit 1
+    driver = (Path(job["log_dir"]) / "ray-driver.log").read_text()
+    assert "run_grpo_nemo_gym.py" in driver and "nemo_rl.algorithms.grpo" in driver, driver[-2000:]
+    assert (job["job_state"], job["exit_code"], done.returncode) == ("FAILED", "1:0", 1)
+    shim = (cluster.root / "log" / "polar_container.log").read_text()
+    assert f"job={job['job_id']} step=" in shim and "image=nemo-rl:7ea279a" in shim and "name=ray-head" in shim
+    assert not _processes_naming(str(store)) and not _processes_naming(str(run_dir))  # nothing left running
+    return job, Path(job["log_dir"]), out, seconds
+
+
+def _registered(store: Path) -> dict[str, str]:
+    """The rollout store's gateway nodes: id -> the URL each registered."""
+    with sqlite3.connect(store / "rollout.sqlite") as db:
+        return {r[0]: json.loads(r[1])["url"] for r in db.execute("SELECT id, registration FROM nodes")}
+
+
+def _driver_at(logs: Path) -> str:
+    head = (logs / "ray-head.log").read_text()
+    driver_at = re.search(r"\[\+(\d+)s\] head: cluster ready, launching driver", head)
+    assert driver_at, head[-2000:]
+    return driver_at.group(1)
+
+
+@requires_nemo_rl
+@requires_nodes
+def test_a_production_recipe_runs_on_two_nodes_up_to_the_driver(slurm_cluster2, tmp_path):
+    """Head and worker, the rollout server on the first node, a gateway on each binding port 6000 in its own
+    network namespace and registering across the bridge."""
+    job, logs, out, seconds = _launch(slurm_cluster2, 2, tmp_path)
+    n1, n2 = slurm_cluster2.names
+    ready = {p.name for p in (logs / "sandbox").glob("SANDBOX_READY_*")}
+    assert ready == {f"SANDBOX_READY_{n1}", f"SANDBOX_READY_{n2}"}
+    sidecars = [p.read_text() for p in (logs / "sandbox").glob("sandbox-*.log")]
+    rollout = [t for t in sidecars if "polar rollout server on http://0.0.0.0:6001" in t]
+    assert len(sidecars) == 2 and len(rollout) == 1 and f"polar gateway node {n1}" in rollout[0]  # first node only
+    assert any(f"polar gateway node {n2}" in t and "rollout server" not in t for t in sidecars)
+    assert _registered(tmp_path / "store") == {n1: f"http://{n1}:6000", n2: f"http://{n2}:6000"}  # n2's across
+    assert (logs / "STARTED_RAY_HEAD").exists() and (logs / "ray-worker-0.log").exists()
+    head = (logs / "ray-head.log").read_text()
+    assert "Number of actors online: 16/16" in head + out  # the worker's 8 units joined the head's 8
+    shim = (slurm_cluster2.root / "log" / "polar_container.log").read_text()
+    assert f"job={job['job_id']} step=" in shim and f"host={n2}" in shim and "name=ray-worker" in shim
+    print(f"driver launched {_driver_at(logs)} s into the job; launch to job end {seconds:.0f} s; {job}")
+
+
+@requires_nemo_rl
+@pytest.mark.skipif(
+    not os.environ.get("POLAR_TEST_SLURM_1NODE"),
+    reason="the 2-node launch checks all this does, on namespaced nodes; POLAR_TEST_SLURM_1NODE=1 runs it too",
+)
+def test_a_production_recipe_runs_on_one_node_up_to_the_driver(slurm_cluster, tmp_path):
+    """The node is this machine, on its own network: the rollout server and the gateway beside the Ray head."""
+    job, logs, _, seconds = _launch(slurm_cluster, 1, tmp_path)
+    host = slurm_cluster.hostname
+    assert (logs / "sandbox" / f"SANDBOX_READY_{host}").exists() and (logs / "STARTED_RAY_HEAD").exists()
+    sidecar = (logs / "sandbox" / "sandbox-0.log").read_text()
+    assert "polar rollout server on http://0.0.0.0:6001" in sidecar and f"polar gateway node {host}" in sidecar
+    assert _registered(tmp_path / "store") == {host: f"http://{host}:6000"}
+    print(f"driver launched {_driver_at(logs)} s into the job; launch to job end {seconds:.0f} s; {job}")
