@@ -20,7 +20,17 @@ def _learn(args: argparse.Namespace) -> int:
     from ..learn import LearnConfig, learn
 
     summary = learn(load(LearnConfig, "learn", args.overrides))
-    keys = ("steps", "reward_first", "reward_last", "max_logprob_err", "seconds")
+    keys = (
+        "steps",
+        "reward_first",
+        "reward_last",
+        "max_logprob_err",
+        "seconds",
+        "update_s",
+        "serving",
+        "post_processing",
+        "loss",
+    )
     if args.json:
         print(json.dumps({k: summary[k] for k in keys} | {"run_dir": summary["run_dir"]}))
     else:

@@ -32,12 +32,19 @@ def gym_results(tasks: list[tuple[str, dict[str, Any]]]) -> tuple[list[dict], li
 
 
 def samples(
-    tasks: list[tuple[str, dict[str, Any]]], tokenizer: Path, nemo_rl: Commands | None
-) -> tuple[list[Sample], list[str]]:
-    """The unmasked samples of every task's sessions (group = task), and why any were left out."""
+    tasks: list[tuple[str, dict[str, Any]]],
+    tokenizer: Path,
+    nemo_rl: Commands | None,
+    recipe: tuple[Path, list[str]] | None = None,
+) -> tuple[list[Sample], list[str], dict[str, Any] | None]:
+    """The unmasked samples of every task's sessions (group = task), why any were left out, and, with a
+    `recipe` (path, overrides), the GRPO training batch NeMo-RL built from them under it (for its loss)."""
     rows, results = gym_results(tasks)
     group_size = len(tasks[0][1]["sessions"]) if tasks else 1
-    if nemo_rl is not None:
+    train = None
+    if nemo_rl is not None and recipe is not None:
+        judged, train = nemo_rl.grpo_batch(rows, results, group_size, tokenizer, recipe[0], recipe[1])
+    elif nemo_rl is not None:
         judged = nemo_rl.postprocess(rows, results, group_size, tokenizer)
     else:
         judged = [_read_items(r) for r in results]
@@ -52,7 +59,7 @@ def samples(
             mask += [int(m["role"] == "assistant")] * len(m["token_ids"])
             logprobs += m.get("generation_logprobs") or [0.0] * len(m["token_ids"])
         out.append(Sample(tokens, mask, logprobs, float(sample["total_reward"]), i // group_size))
-    return out, left_out
+    return out, left_out, train
 
 
 def _read_items(result: dict[str, Any]) -> dict[str, Any]:

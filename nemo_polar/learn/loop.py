@@ -4,11 +4,12 @@ Each step: every prompt becomes a task of `samples` sessions (a GRPO group) on t
 gateway node runs the harness (by default the one-call `shell` agent, `examples/one_call_agent.py`) in a
 bubblewrap sandbox against the proxy and vLLM; POST-RUN builds the traces and the `answer` evaluator
 gives the reward. The sessions become Gym `/run` results and NeMo-RL's post-processing turns them into
-samples (`learn/data.py`); the recorded logprobs are checked against a torch recompute; one GRPO step
-updates the policy (`learn/policy.py`). The new weights go out through the product: the rollout server
-pauses every node's proxy (held and drained), vLLM reloads the weights in place and drops its prefix
-cache, and the resume carries the new policy version, recorded on every later call. A restart of vLLM
-is the fallback where it cannot reload in place.
+samples and into NeMo-RL's GRPO training batch (`learn/data.py`); the recorded logprobs are checked against a
+torch recompute; one GRPO step updates the policy (`learn/policy.py`): by NeMo-RL's own advantages and
+`ClippedPGLossFn` under our recipe where NeMo-RL is found (`update=auto`), else by our own loss. The new
+weights go out through the product: the rollout server pauses every node's proxy (held and drained), vLLM
+reloads the weights in place and drops its prefix cache, and the resume carries the new policy version,
+recorded on every later call. A restart of vLLM is the fallback where it cannot reload in place.
 
 This is the one-machine reference loop. Training at scale is NeMo-RL's (README: Train with NeMo-RL).
 """
@@ -23,7 +24,7 @@ import shutil
 import time
 from pathlib import Path
 from statistics import fmean
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from rich.console import Console
@@ -31,6 +32,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import ProxyConfig, Strict
 from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
+from ..errors import ConfigError
 from ..local.vllm_server import ROOT, TINY_MODEL, VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
@@ -69,6 +71,18 @@ class LearnConfig(Strict):
     model: str = str(TINY_MODEL)
     capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
     nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
+    update: Literal["auto", "polar", "nemo_rl"] = Field(
+        "auto",
+        description="the GRPO loss: NeMo-RL's (its advantage estimator and ClippedPGLossFn, configured by `recipe`), "
+        "our own (learn/policy.py), or auto: NeMo-RL's when it post-processes",
+    )
+    recipe: str = Field(
+        "recipes/grpo_qwen3.5_4b_polar_swe.yaml",
+        description="the recipe whose grpo and loss_fn sections NeMo-RL's loss runs with (relative: to the repo)",
+    )
+    recipe_overrides: list[str] = Field(
+        default_factory=list, description="Hydra overrides for it, e.g. loss_fn.ratio_clip_max=0.2"
+    )
     solved_after: int | None = Field(
         3, ge=1, description="stop once this many steps in a row gave no group any signal (every sample the same)"
     )
@@ -97,22 +111,40 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     return summary
 
 
+class _NemoRLParts:
+    """What of NeMo-RL the run uses: its post-processing (`commands`, one process for the whole run; None
+    without a checkout) and its GRPO loss (`recipe`: the recipe and overrides it runs with; None: ours)."""
+
+    def __init__(self, commands=None, recipe: tuple[Path, list[str]] | None = None):
+        self.commands, self.recipe = commands, recipe
+
+
 class _nemo_rl:  # noqa: N801 - a context manager read as a value
-    """NeMo-RL's post-processing, one process for the whole run; None without a checkout."""
+    """The NeMo-RL parts `cfg` asks for and this machine has; an explicit `update=nemo_rl` without them fails."""
 
     def __init__(self, cfg: LearnConfig, console: Console):
         self.cfg, self.console, self.served = cfg, console, None
 
-    def __enter__(self):
+    def __enter__(self) -> _NemoRLParts:
         from ..nemo_rl import NemoRLNotFound, locate
 
+        if self.cfg.update == "nemo_rl" and not self.cfg.nemo_rl:
+            raise ConfigError("update=nemo_rl trains on NeMo-RL's own batches: it needs nemo_rl=true")
         if not self.cfg.nemo_rl:
-            return None
+            return _NemoRLParts()
+        loss = self.cfg.update != "polar"
         try:
-            self.served = locate().serve().__enter__()
+            found = locate()
         except NemoRLNotFound as exc:
-            self.console.print(f"[yellow]{exc}: the Gym items are read directly[/yellow]")
-        return self.served
+            if self.cfg.update == "nemo_rl":
+                raise
+            self.console.print(f"[yellow]{exc}: the Gym items are read directly, our own GRPO loss trains[/yellow]")
+            return _NemoRLParts()
+        recipe = Path(self.cfg.recipe) if Path(self.cfg.recipe).is_absolute() else ROOT / self.cfg.recipe
+        if loss and not recipe.is_file():
+            raise ConfigError(f"recipe {recipe} not found: NeMo-RL's loss reads its grpo and loss_fn sections")
+        self.served = found.serve(*(["nemo_rl.algorithms.grpo"] if loss else [])).__enter__()
+        return _NemoRLParts(self.served, (recipe, list(self.cfg.recipe_overrides)) if loss else None)
 
     def __exit__(self, *exc: object) -> None:
         if self.served is not None:
@@ -224,17 +256,17 @@ async def _steps(
                 recent = history[-cfg.solved_after :] if cfg.solved_after else []
                 if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
                     break  # nothing left to learn: in every group all samples agree
-    return _summary(history, nemo_rl is not None)
+    return _summary(history, nemo_rl)
 
 
 async def _step(
-    cfg: LearnConfig, step: int, api: RolloutAPI, vllm: VLLMServer, proxy: Proxy, policy: Policy, nemo_rl
+    cfg: LearnConfig, step: int, api: RolloutAPI, vllm: VLLMServer, proxy: Proxy, policy: Policy, nemo_rl: _NemoRLParts
 ) -> dict[str, Any]:
     """Sample, judge, check, update, publish; what it measured."""
     t0, since = time.monotonic(), time.time()
     tasks = await _run_step(api, _tasks(cfg, step))
     sampled = time.monotonic()
-    batch, left_out = to_samples(tasks, vllm.model, nemo_rl)
+    batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe)
     prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
     row = {
         "step": step,
@@ -248,7 +280,14 @@ async def _step(
         "left_out": len(left_out),
         "policy_versions": sorted(map(str, _versions(proxy, since))),
     }
-    row |= policy.update(batch)
+    updating = time.monotonic()
+    if nemo_rl.recipe is None:
+        row |= policy.update(batch)
+    elif train is not None:  # NeMo-RL's loss on NeMo-RL's batch, computed in its process
+        row |= policy.update_by(train["input_ids"], functools.partial(nemo_rl.commands.grpo_loss, train["id"]))
+    else:  # no group survived post-processing
+        row |= {"updated": 0.0, "loss": 0.0}
+    row["update_s"] = round(time.monotonic() - updating, 2)
     await _publish(api, vllm, policy, step + 1)
     row["sample_s"], row["seconds"] = round(sampled - t0, 2), round(time.monotonic() - t0, 2)
     return row
@@ -260,14 +299,18 @@ def _versions(proxy: Proxy, since: float) -> set[str | None]:
     return {r.upstream.policy_version for r in proxy.store.records() if r.started_at >= since}
 
 
-def _summary(history: list[dict[str, Any]], judged_by_nemo_rl: bool) -> dict[str, Any]:
+def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts) -> dict[str, Any]:
     rewards = [h["reward"] for h in history if h["reward"] is not None]
     return {
         "steps": len(history),
         "reward_first": rewards[0] if rewards else None,
         "reward_last": rewards[-1] if rewards else None,
         "max_logprob_err": max(h["logprob_err"] for h in history),
-        "post_processing": "nemo_rl" if judged_by_nemo_rl else "gym_items",
+        # whose code did each part: NeMo-RL's own, or ours
+        "serving": "vllm",
+        "post_processing": "nemo_rl" if nemo_rl.commands is not None else "polar",
+        "loss": "nemo_rl" if nemo_rl.recipe is not None else "polar",
+        "update_s": round(sum(h["update_s"] for h in history), 2),
         "history": history,
     }
 
@@ -292,7 +335,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     ax.set_ylim(0, 1.05)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"polar learn: tiny model, {summary['post_processing']} post-processing")
+    ax.set_title(f"polar learn: tiny model, {summary['post_processing']} post-processing, {summary['loss']} loss")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -1,9 +1,12 @@
 """The policy on this machine: the tiny model in torch, a GRPO update on recorded tokens, saved for vLLM.
 
 A sample is one rollout as NeMo-RL trains on it: its tokens, which of them the policy sampled (mask 1)
-with the logprobs vLLM reported, and its reward. The update is GRPO's: advantages normalised within
-each group (the samples of one prompt), a PPO-clip surrogate over the sampled tokens with vLLM's
-logprobs as the old policy, one Adam step. Before it, the recorded logprobs are recomputed by teacher
+with the logprobs vLLM reported, and its reward. Two updates, one Adam step each. `update`, our own:
+advantages normalised within each group (the samples of one prompt), a PPO-clip surrogate over the
+sampled tokens with vLLM's logprobs as the old policy. `update_by`: a loss computed elsewhere from this
+model's next-token logprobs on a batch of token ids (NeMo-RL's GRPO advantages and `ClippedPGLossFn`, in
+NeMo-RL's own process, `nemo_polar.nemo_rl`), whose gradient with respect to those logprobs comes back
+and is back-propagated through the model. Before either, the recorded logprobs are recomputed by teacher
 forcing: their gap says whether vLLM served exactly these weights.
 
 The tiny model's safeguards (a residual dimension that ends every turn, tokens it never samples) are
@@ -13,10 +16,16 @@ and on a random model that erodes them within a few steps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+
+# a loss seen through the policy's next-token logprobs ([B, S-1]): its value, d loss / d logprobs ("grad",
+# same shape) and the token-level advantages it used ("advantages", [B, S])
+LossOfLogprobs = Callable[[list[list[float]]], dict[str, Any]]
 
 
 @dataclass
@@ -98,10 +107,44 @@ class Policy:
     @torch.enable_grad()  # whatever the caller's grad mode (it is thread state, and anyone may have set it)
     def update(self, samples: list[Sample]) -> dict[str, float]:
         """One GRPO step; no step (and no optimizer momentum spent) when no group has signal."""
-        adv = advantages(samples)
-        if not any(adv):
+        if not any(advantages(samples)):
             return {"updated": 0.0, "loss": 0.0}
         self.optimizer.zero_grad()
+        loss = self.backward(samples)
+        self._step()
+        return {"updated": 1.0, "loss": loss}
+
+    @torch.enable_grad()
+    def update_by(self, input_ids: list[list[int]], loss: LossOfLogprobs) -> dict[str, float]:
+        """One GRPO step whose loss another's code computes (NeMo-RL's, in its own process): no step when
+        its advantages are all 0, as `update`."""
+        self.optimizer.zero_grad()
+        answer = self.backward_by(input_ids, loss)
+        if not any(a for row in answer["advantages"] for a in row):
+            self.optimizer.zero_grad()
+            return {"updated": 0.0, "loss": 0.0}
+        self._step()
+        return {"updated": 1.0, "loss": answer["loss"]}
+
+    def next_token_logprobs(self, input_ids: list[list[int]]) -> torch.Tensor:
+        """[B, S-1]: each token's logprob after the ones before it (padding at the end changes nothing before)."""
+        ids = torch.tensor(input_ids)
+        logits = self.model(ids).logits[:, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+
+    @torch.enable_grad()
+    def backward_by(self, input_ids: list[list[int]], loss: LossOfLogprobs) -> dict[str, Any]:
+        """Gradients of `loss`, which sees the model only through its next-token logprobs: they go out,
+        d loss / d logprobs comes back (`answer["grad"]`) and is back-propagated here (the chain rule, exact)."""
+        logprobs = self.next_token_logprobs(input_ids)
+        answer = loss(logprobs.detach().tolist())
+        logprobs.backward(torch.tensor(answer["grad"], dtype=logprobs.dtype))
+        return answer
+
+    @torch.enable_grad()
+    def backward(self, samples: list[Sample]) -> float:
+        """Our own GRPO loss's gradients: group-normalised advantages, PPO-clip on vLLM's logprobs."""
+        adv = advantages(samples)
         total, tokens = torch.zeros(()), 0
         for s, a in zip(samples, adv, strict=True):
             if a == 0.0:
@@ -114,10 +157,12 @@ class Policy:
             tokens += len(positions)
         loss = total / max(tokens, 1)
         loss.backward()
+        return float(loss.detach())
+
+    def _step(self) -> None:
         for weight, keep in self._frozen:
             weight.grad[keep] = 0.0
         self.optimizer.step()
-        return {"updated": 1.0, "loss": float(loss.detach())}
 
     @torch.no_grad()
     def first_token_probability(self, prompts: list[list[int]], tokens: list[int]) -> float:

