@@ -25,8 +25,9 @@ _SMALL = 16384  # an answer this short is parsed whole: its ids are a few thousa
 
 class PromptIds:
     def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
-        # per session: the last answer's ids array (its bytes), the ids read, and the earlier ids they began with
-        self._last: OrderedDict[str, tuple[bytes, list[int], list[int] | None]] = OrderedDict()
+        # per session: the last answer's ids array (a view of its bytes), the ids read, and the earlier ids
+        # they began with
+        self._last: OrderedDict[str, tuple[memoryview, list[int], list[int] | None]] = OrderedDict()
         self._limit = sessions
         self._small = small
 
@@ -38,10 +39,9 @@ class PromptIds:
         closed = raw.find(b"]", opened) if opened >= len(_KEY) - 1 else -1
         if closed < 0:
             return orjson.loads(raw)
-        text = raw[opened + 1 : closed]
         try:
             body = orjson.loads(raw[: opened + 1] + raw[closed:])
-            head, tail = self._split(session_id, text)
+            head, tail = self._split(session_id, raw, opened + 1, closed)
         except orjson.JSONDecodeError:
             return orjson.loads(raw)
         choices = body.get("choices") if isinstance(body, dict) else None
@@ -51,19 +51,21 @@ class PromptIds:
             return orjson.loads(raw)  # the array cut out is not the one the backend reads
         place += head
         place += tail
-        self._last[session_id] = (text, place, head or None)
+        self._last[session_id] = (memoryview(raw)[opened + 1 : closed], place, head or None)
         self._last.move_to_end(session_id)
         while len(self._last) > self._limit:
             self._last.popitem(last=False)
         return body
 
-    def _split(self, session_id: str, text: bytes) -> tuple[list[int], Any]:
-        """(the ids taken from the last answer, the rest parsed)."""
+    def _split(self, session_id: str, raw: bytes, start: int, end: int) -> tuple[list[int], Any]:
+        """(the ids taken from the last answer, the rest parsed) of the ids array's text `raw[start:end]`,
+        compared where it lies (hundreds of KB: never copied)."""
         last = self._last.get(session_id)
         n = len(last[0]) if last is not None else 0
-        if last is not None and n and text.startswith(last[0]) and text[n : n + 1] in (b",", b""):
-            return last[1], orjson.loads(b"[" + text[n + 1 :] + b"]")
-        return [], orjson.loads(b"[" + text + b"]")
+        ends = raw[start + n : start + n + 1] in (b",", b"]")  # the last answer's ids end where an id ends
+        if last is not None and n and ends and raw.startswith(last[0], start):
+            return last[1], orjson.loads(b"[" + raw[start + n + 1 : end] + b"]")
+        return [], orjson.loads(b"[" + raw[start:end] + b"]")
 
     def extends(self, session_id: str, ids: list[int]) -> list[int] | None:
         """The earlier answer's ids that `ids` (the session's last answer's, as read) begin with: the two
