@@ -88,9 +88,7 @@ class Policy:
 
     def _token_logprobs(self, sample: Sample) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's logprob of each sampled token, and the positions they sit at."""
-        ids = torch.tensor([sample.tokens])
-        logits = self.model(ids).logits[0, :-1].float()
-        logprobs = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+        logprobs = self.next_token_logprobs([sample.tokens])[0]
         positions = torch.tensor([i for i, m in enumerate(sample.mask) if m and i > 0])
         return logprobs[positions - 1], positions
 
