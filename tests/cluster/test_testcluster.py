@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from nemo_polar.cli.runtime_check import ROOTFS
 from nemo_polar.cluster import netns, slurm
 from nemo_polar.cluster.testcluster import FREEZER, SlurmTestCluster
 from nemo_polar.cluster.topology import SlurmConfig
-from nemo_polar.local.vllm_server import DEPS
 
 from .conftest import requires_nodes, requires_slurm
 
@@ -65,7 +65,7 @@ def test_a_jobs_daemons_end_with_it(slurm_cluster, tmp_path):
 
 @requires_slurm
 def test_a_cluster_without_gres_runs_tasks_chrooted_and_stops_leaving_nothing(tmp_path, monkeypatch):
-    rootfs = DEPS / "rootfs" / "bookworm"
+    rootfs = ROOTFS
     if not (rootfs / "bin" / "sh").exists():
         pytest.skip(f"no root filesystem at {rootfs} (scripts/setup.sh rootfs)")
     (tmp_path / "data").mkdir()
