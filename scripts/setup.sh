@@ -49,7 +49,7 @@ pipq() {
   local py=$1; shift
   PIP_ROOT_USER_ACTION=ignore "$py" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither" >&2)
 }
-log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+log() { printf '\033[1m[setup]\033[0m %4d s  %s\n' "$SECONDS" "$*" >&2; }
 
 # stamp NAME SPEC: true when DEPS/NAME.stamp already holds SPEC's hash.
 fresh() { [[ -f "$DEPS/$1.stamp" && "$(cat "$DEPS/$1.stamp")" == "$(printf '%s' "$2" | sha256sum)" ]]; }
@@ -267,13 +267,53 @@ disk_check() {
 }
 disk_check
 
-parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(project system model vllm node mini openhands gym nemo_rl rootfs harbor slurm)
-for part in "${parts[@]}"; do
-  case $part in
-    project|system|model|vllm|mini|openhands|gym|nemo_rl|rootfs|harbor|slurm) "setup_$part" ;;
+# The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
+# (downloads and unpacking, most of the time) run side by side, each logging to $DEPS/logs/. The three
+# toolchain parts share $TOOLS/manifest.json, so they run one after another.
+SERIAL=(project system slurm)
+PARALLEL=("node mini openhands" "vllm" "nemo_rl" "gym" "model" "rootfs" "harbor")
+JOBS=${POLAR_SETUP_JOBS:-4}
+
+run_part() {
+  case $1 in
     node) setup_node_tools ;;
-    *) log "unknown part: $part"; exit 2 ;;
+    *) "setup_$1" ;;
   esac
+}
+
+asked() { [[ " ${parts[*]} " == *" $1 "* ]]; }
+
+# run_group "PARTS": the asked ones of PARTS, one after another, in the background; its name in STARTED.
+STARTED=()
+run_group() {
+  local part todo=() name
+  for part in $1; do asked "$part" && todo+=("$part"); done
+  [[ ${#todo[@]} -gt 0 ]] || return 0
+  name=${todo[*]}; name=${name// /+}
+  while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
+  rm -f "$DEPS/logs/$name.done"
+  # errexit holds in the subshell: a failing part ends it before the mark
+  ( (for part in "${todo[@]}"; do run_part "$part"; done) >"$DEPS/logs/$name.log" 2>&1; touch "$DEPS/logs/$name.done" ) &
+  STARTED+=("$name")
+}
+
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=("${SERIAL[@]}" ${PARALLEL[@]})
+for part in "${parts[@]}"; do
+  [[ " ${SERIAL[*]} ${PARALLEL[*]} " == *" $part "* ]] || { log "unknown part: $part"; exit 2; }
 done
+for part in "${SERIAL[@]}"; do
+  if asked "$part"; then run_part "$part"; fi
+done
+mkdir -p "$DEPS/logs"
+for group in "${PARALLEL[@]}"; do run_group "$group"; done
+wait
+failed=()
+for name in "${STARTED[@]}"; do
+  grep -h "setup\]" "$DEPS/logs/$name.log" >&2 || true
+  if [[ ! -f $DEPS/logs/$name.done ]]; then
+    failed+=("$name"); log "$name failed:"; tail -n 40 "$DEPS/logs/$name.log" >&2
+  fi
+done
+[[ ${#failed[@]} -eq 0 ]] || { log "failed: ${failed[*]} (logs in $DEPS/logs/)"; exit 1; }
 log "ready"
