@@ -27,6 +27,7 @@ def _launch_slurm(args: argparse.Namespace) -> int:
     from ..config import load
 
     recipe_overrides, launch_overrides = split_overrides(args.overrides)
+    launch_overrides += ["driver=learn"] if args.learn else []  # the sidecars read it too
     cfg = load(LaunchConfig, "launch", launch_overrides)
     plan = main_slurm(
         cfg,
@@ -103,7 +104,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "slurm", help="NeMo-RL GRPO (ray.sub) with our rollout server and gateways as its sidecar"
     )
     lslurm.add_argument("--nodes", type=int, required=True)
-    lslurm.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
+    lslurm.add_argument("--recipe", help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
+    lslurm.add_argument(
+        "--learn",
+        action="store_true",
+        help="the driver is polar learn's CPU loop (the tiny model, vLLM on the first node, rollouts on every "
+        "node's gateway); the overrides not ours are polar learn's (steps=6)",
+    )
     lslurm.add_argument("--dry-run", action="store_true", help="print what each node would run; submit nothing")
     lslurm.add_argument("--wait", action="store_true", help="follow the job to its end; exit 0 only if COMPLETED")
     lslurm.add_argument(
@@ -113,7 +120,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     lslurm.add_argument(
         "overrides",
         nargs="*",
-        help="recipe overrides (grpo.max_num_steps=10) and launch ones (topology.gateway_port=6100)",
+        help="recipe overrides (grpo.max_num_steps=10; with --learn, polar learn's) and launch ones "
+        "(topology.gateway_port=6100)",
     )
     lslurm.set_defaults(func=_launch_slurm)
     lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")

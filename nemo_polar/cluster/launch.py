@@ -2,12 +2,14 @@
 
 Submitting: the recipe is checked by NeMo-RL's own code, the NeMo-RL image is checked against the tested
 version set, a control token is minted (every process reads it from POLAR_CONTROL_TOKEN, never from an argv),
-and `sbatch ray.sub` runs with ray.sub's environment: COMMAND (NeMo-RL's Gym GRPO entry point on the recipe)
-in CONTAINER, and our sidecar (SANDBOX_COMMAND in SANDBOX_CONTAINER) on every node.
+and `sbatch ray.sub` runs with ray.sub's environment: COMMAND (NeMo-RL's Gym GRPO entry point on the recipe, or
+with `--learn` polar learn's CPU loop) in CONTAINER, and our sidecar (SANDBOX_COMMAND in SANDBOX_CONTAINER) on
+every node.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shlex
@@ -28,7 +30,8 @@ from .topology import TOKEN_ENV, LaunchConfig, plan, sidecar_commands
 
 def render_text(p: dict[str, Any]) -> str:
     """The dry run for people: what each node's sidecar runs, ray.sub's environment, the sbatch command."""
-    lines = [f"# {p['nodes']} nodes, recipe {p['recipe']}", f"# rollout server: {p['urls']['rollout']}"]
+    driver = f"recipe {p['recipe']}" if p["driver"] == "nemo_rl" else "polar learn"
+    lines = [f"# {p['nodes']} nodes, {driver}", f"# rollout server: {p['urls']['rollout']}"]
     for node in p["per_node"]:
         lines.append(f"\n## node {node['index']} ({node['host']}), ray.sub's sidecar")
         lines += [f"[{c['name']}] {shlex.join(c['argv'])}" for c in node["commands"]]
@@ -42,7 +45,7 @@ def render_text(p: dict[str, Any]) -> str:
 
 
 def check_images(cfg: LaunchConfig) -> None:
-    if ignores_mask_sample(cfg.nemo_rl.container):
+    if cfg.driver == "nemo_rl" and ignores_mask_sample(cfg.nemo_rl.container):
         raise ConfigError(
             f"nemo_rl.container={cfg.nemo_rl.container}: that NeMo-RL release ignores instance_config.mask_sample, "
             f"so infrastructure failures would train as reward 0; use an image of NeMo-RL {NEMO_RL_COMMIT[:7]} "
@@ -64,7 +67,7 @@ def main_slurm(
     cfg: LaunchConfig,
     *,
     nodes: int,
-    recipe: str,
+    recipe: str | None,
     recipe_overrides: list[str],
     launch_overrides: list[str],
     dry_run: bool,
@@ -72,9 +75,13 @@ def main_slurm(
     wait: bool = False,
 ) -> dict[str, Any]:
     """The plan; unless `dry_run`, submitted with `sbatch` (the options the config leaves unset asked of the
-    cluster first) and, with `wait`, followed to the job's end. The plan gains `job`: its id, log, state."""
+    cluster first) and, with `wait`, followed to the job's end. The plan gains `job`: its id, log, state, and
+    for `driver: learn`, polar learn's summary (`learn`). `recipe`: NeMo-RL's; with `driver: learn`, the one its
+    loss reads (optional), `recipe_overrides` then being polar learn's overrides."""
     check_images(cfg)
-    if check:
+    if cfg.driver == "nemo_rl" and recipe is None:
+        raise ConfigError("--recipe: NeMo-RL's GRPO runs a recipe (or --learn: polar learn's loop)")
+    if check and cfg.driver == "nemo_rl":
         check_recipe(recipe, recipe_overrides)
     p = plan(cfg, nodes, recipe, recipe_overrides, launch_overrides)
     if dry_run:
@@ -95,7 +102,15 @@ def main_slurm(
         end = slurm.follow(job_id)
         job |= {"job_state": end.state, "exit_code": end.exit_code, "state_from": end.source}
         job["seconds"] = round(time.monotonic() - started, 1)
+        if cfg.driver == "learn":
+            job["learn"] = _learn_summary(run_dir / "learn")
     return p | {"job": job}
+
+
+def _learn_summary(folder: Path) -> dict[str, Any] | None:
+    """What polar learn wrote as the job's driver (its newest run folder's summary.json); None if it wrote none."""
+    found = sorted(folder.glob("*/summary.json"))
+    return json.loads(found[-1].read_text()) if found else None
 
 
 def sidecar(cfg: LaunchConfig) -> int:

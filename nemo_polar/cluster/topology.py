@@ -6,6 +6,9 @@ training driver until each node's sidecar listens on `NEMO_SKILLS_SANDBOX_PORT`.
 on every node, the gateway listening on that port. Our ports sit in the band ray.sub leaves to the sidecar
 (6000-6999), clear of its vLLM, Ray and Gym bands.
 
+With `driver: learn` (`polar launch slurm --learn`) the driver is `polar learn`'s CPU loop instead: vLLM on the
+first node, the sessions dispatched by the job's rollout server to the gateways of every node.
+
 `plan()` and `sidecar_commands()` are pure: a dry run prints exactly what ray.sub and each node would run.
 """
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -22,7 +25,7 @@ from ..contracts import NodeCapacity
 from ..nemo_rl.versions import CONTAINER
 
 SIDECAR_BAND = range(6000, 7000)  # ray.sub's port layout: sandbox nginx 6000, its workers 6001-6999
-LAUNCH_SECTIONS = ("topology", "slurm", "nemo_rl", "polar", "run_dir")  # every other override is the recipe's
+LAUNCH_SECTIONS = ("topology", "slurm", "nemo_rl", "polar", "run_dir", "driver")  # the others: the recipe's
 TOKEN_ENV = "POLAR_CONTROL_TOKEN"
 
 
@@ -79,6 +82,9 @@ class LaunchConfig(Strict):
     """`conf/launch.yaml`."""
 
     run_dir: str = "runs/launch"
+    driver: Literal["nemo_rl", "learn"] = Field(
+        "nemo_rl", description="the job's driver: NeMo-RL's GRPO on the recipe, or polar learn's CPU loop (--learn)"
+    )
     topology: TopologyConfig = TopologyConfig()
     slurm: SlurmConfig = SlurmConfig()
     nemo_rl: NemoRLConfig = NemoRLConfig()
@@ -112,7 +118,7 @@ def sidecar_commands(cfg: LaunchConfig, host: str, master: str) -> list[tuple[st
     gateway = [
         "serve-gateway",
         f"proxy={topo.proxy}",
-        f"backend={topo.backend}",
+        f"backend={'vllm' if cfg.driver == 'learn' else topo.backend}",  # learn: polar learn's own vLLM
         f"node.node_id={host}",
         f"node.rollout_url={rollout_url}",
         f"node.public_url=http://{host}:{topo.gateway_port}",
@@ -123,6 +129,11 @@ def sidecar_commands(cfg: LaunchConfig, host: str, master: str) -> list[tuple[st
         f"proxy.store.path={store / 'nodes' / host / 'records.sqlite'}",
         f"proxy.upstream.url={topo.upstream_url.format(host=host)}",
     ]
+    if cfg.driver == "learn":  # sampled at the trainer's pair by every proxy
+        from ..learn.loop import FIRST_VERSION, SAMPLING
+
+        gateway += ["proxy.upstream.sampling={" + ", ".join(f"{k}: {v}" for k, v in SAMPLING.items()) + "}"]
+        gateway += [f"proxy.upstream.policy_version='{FIRST_VERSION}'"]  # a string, never read as a number
     out.append(("gateway", polar + gateway))
     return out
 
@@ -134,35 +145,44 @@ def _mounts(dirs: list[str], extra: list[str]) -> str:
 def plan(
     cfg: LaunchConfig,
     nodes: int,
-    recipe: str | Path,
+    recipe: str | Path | None,
     recipe_overrides: list[str],
     launch_overrides: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
     """Everything a launch does, as data: ray.sub's environment, the sbatch command, each node's sidecar."""
     topo = cfg.topology
-    recipe = Path(recipe).resolve()
+    recipe = Path(recipe).resolve() if recipe is not None else None
     store = str(Path(topo.store_dir).resolve())
     gym_root = Path(cfg.polar.gym_root)
     gym_root = gym_root if gym_root.is_absolute() else REPO / gym_root
-    overrides = [f"cluster.num_nodes={nodes}", f"cluster.gpus_per_node={cfg.slurm.gpus_per_node}"]
-    overrides += list(recipe_overrides)
-    train = ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + overrides
-    # The driver runs on the first node, where the rollout server is; the recipe reads its URL from here.
-    driver_env = {
-        "NEMO_RL_DIR": cfg.nemo_rl.dir,
-        "NEMO_GYM_EXTRA_ROOTS": str(gym_root),
-        "POLAR_ROLLOUT_URL": f"http://$(hostname):{topo.rollout_port}",
-    }
-    command = f"cd {shlex.quote(cfg.nemo_rl.dir)} && " + " ".join(
-        f"{k}={v if k == 'POLAR_ROLLOUT_URL' else shlex.quote(v)}" for k, v in driver_env.items()
+    rollout_url = f"http://$(hostname):{topo.rollout_port}"  # the driver runs on the first node, as the server
+    if cfg.driver == "learn":
+        overrides = list(recipe_overrides) + ([f"recipe={recipe}"] if recipe is not None else [])
+        train = shlex.split(cfg.polar.command) + ["learn", "--json", "serve_host=0.0.0.0"]
+        train += [f"run_dir={Path(cfg.run_dir).resolve() / 'learn'}", f"node_records={store}/nodes/*/records.sqlite"]
+        train += overrides
+        workdir, container = str(REPO), cfg.polar.container or ""
+    else:
+        assert recipe is not None, "NeMo-RL's GRPO needs a recipe"
+        overrides = [f"cluster.num_nodes={nodes}", f"cluster.gpus_per_node={cfg.slurm.gpus_per_node}"]
+        overrides += list(recipe_overrides)
+        train = ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + overrides
+        workdir, container = cfg.nemo_rl.dir, cfg.nemo_rl.container
+    driver_env = {"NEMO_RL_DIR": cfg.nemo_rl.dir, "NEMO_GYM_EXTRA_ROOTS": str(gym_root), "POLAR_ROLLOUT_URL": ""}
+    command = f"cd {shlex.quote(workdir)} && " + " ".join(
+        f"{k}={rollout_url if k == 'POLAR_ROLLOUT_URL' else shlex.quote(v)}" for k, v in driver_env.items()
     )
     command += " " + shlex.join(train)
+    if cfg.driver == "learn":  # the rollout server's URL as polar learn's own setting (its $(hostname) expanded)
+        command += f" rollout_url={rollout_url}"
     # the sidecar composes the same launch config from the same overrides
     sidecar = shlex.split(cfg.polar.command) + ["launch", "sidecar"] + list(launch_overrides)
     env = {
         "COMMAND": command,
-        "CONTAINER": cfg.nemo_rl.container,
-        "MOUNTS": _mounts([cfg.nemo_rl.dir, str(REPO), str(recipe.parent), store], cfg.nemo_rl.mounts),
+        "CONTAINER": container,
+        "MOUNTS": _mounts(
+            [cfg.nemo_rl.dir, str(REPO)] + ([str(recipe.parent)] if recipe else []) + [store], cfg.nemo_rl.mounts
+        ),
         "GPUS_PER_NODE": str(cfg.slurm.gpus_per_node),
         "BASE_LOG_DIR": str(Path(cfg.run_dir).resolve()),
         "SANDBOX_CONTAINER": cfg.polar.container or "",
@@ -185,7 +205,8 @@ def plan(
     ]
     return {
         "nodes": nodes,
-        "recipe": str(recipe),
+        "driver": cfg.driver,
+        "recipe": str(recipe) if recipe else None,
         "recipe_overrides": overrides,
         "urls": {"rollout": f"http://<first node>:{topo.rollout_port}", "gateway_port": topo.gateway_port},
         "ray_sub": {"env": env, "token_env": TOKEN_ENV},

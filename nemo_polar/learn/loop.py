@@ -11,17 +11,23 @@ weights go out through the product: the rollout server pauses every node's proxy
 reloads the weights in place and drops its prefix cache, and the resume carries the new policy version,
 recorded on every later call. A restart of vLLM is the fallback where it cannot reload in place.
 
-This is the one-machine reference loop. Training at scale is NeMo-RL's (README: Train with NeMo-RL).
+With `rollout_url` the sessions run on that rollout server's gateway nodes instead (a Slurm job's:
+`polar launch slurm --learn`), vLLM listening where they reach it (`serve_host`).
+
+This is the CPU reference loop. Training at scale is NeMo-RL's (README: Train with NeMo-RL).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import glob
 import json
 import re
 import shutil
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from statistics import fmean
 from typing import Any, Literal
@@ -36,9 +42,11 @@ from ..errors import ConfigError
 from ..local.vllm_server import ROOT, TINY_MODEL, VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
+from ..records import CompletionRecord
 from ..server.client import RolloutAPI
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
+from ..store import SqliteStore
 from .data import samples as to_samples
 from .policy import Policy
 
@@ -54,6 +62,11 @@ PROMPTS = (
     "What time is it?",
     "Pick a digit.",
 )
+# What every proxy in front of the trainer's vLLM sends it, whatever the agent asks: the trainer's sampling
+# pair (logprobs of the plain softmax), and version 0 (the weights as built) until the first update.
+SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+FIRST_VERSION = "0"
+SERVED_NAME = "polar-learn"
 
 
 class LearnConfig(Strict):
@@ -86,6 +99,14 @@ class LearnConfig(Strict):
     solved_after: int | None = Field(
         3, ge=1, description="stop once this many steps in a row gave no group any signal (every sample the same)"
     )
+    rollout_url: str | None = Field(
+        None,
+        description="a rollout server whose gateway nodes run the sessions (a Slurm job's); null: one here, one node",
+    )
+    serve_host: str = Field("127.0.0.1", description="where vLLM listens (0.0.0.0: for the nodes of rollout_url)")
+    node_records: str | None = Field(
+        None, description="with rollout_url: the nodes' record stores (a glob), read for each call's policy version"
+    )
 
 
 def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
@@ -94,14 +115,14 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     policy_dir = run_dir / "policy"
     shutil.copytree(cfg.model, policy_dir)  # the weights vLLM serves and each step overwrites
     started = time.monotonic()
-    vllm = VLLMServer(model=policy_dir, port=free_port(), served_name="polar-learn", dev_mode=True)
+    vllm = VLLMServer(model=policy_dir, port=free_port(), served_name=SERVED_NAME, host=cfg.serve_host, dev_mode=True)
     vllm.log_path = run_dir / "vllm.log"
     with _nemo_rl(cfg, console) as nemo_rl:  # its imports run while vLLM starts
         with console.status("starting vLLM (about 40 s on CPU)"):
             vllm.start()
         try:
-            with _system(cfg, vllm, run_dir) as (rollout_url, proxy):
-                summary = asyncio.run(_steps(cfg, run_dir, vllm, rollout_url, proxy, nemo_rl, console))
+            with _system(cfg, vllm, run_dir) if cfg.rollout_url is None else _remote(cfg) as (rollout_url, records):
+                summary = asyncio.run(_steps(cfg, vllm, rollout_url, records, nemo_rl, console))
         finally:
             vllm.stop()
     summary["seconds"] = round(time.monotonic() - started, 1)
@@ -151,8 +172,12 @@ class _nemo_rl:  # noqa: N801 - a context manager read as a value
             self.served.__exit__(*exc)
 
 
+Records = Callable[[], list[CompletionRecord]]  # every call the sessions made so far
+
+
 class _system:  # noqa: N801
-    """A rollout server and one gateway node (the proxy and the staged pools) in front of vLLM."""
+    """A rollout server and one gateway node (the proxy and the staged pools) in front of vLLM; (its URL, the
+    proxy's records)."""
 
     def __init__(self, cfg: LearnConfig, vllm: VLLMServer, run_dir: Path):
         port = free_port()
@@ -161,12 +186,7 @@ class _system:  # noqa: N801
                 {
                     "port": port,
                     "store": {"path": str(run_dir / "records.sqlite")},
-                    # the trainer's pair, whatever the agent asks; version 0: the weights as built
-                    "upstream": {
-                        "url": vllm.url,
-                        "sampling": {"temperature": 1.0, "top_p": 1.0},
-                        "policy_version": "0",
-                    },
+                    "upstream": {"url": vllm.url, "sampling": SAMPLING, "policy_version": FIRST_VERSION},
                 }
             )
         )
@@ -182,11 +202,15 @@ class _system:  # noqa: N801
         self.port = port
         self.node: NodeThread | None = None
 
-    def __enter__(self) -> tuple[str, Proxy]:
+    def __enter__(self) -> tuple[str, Records]:
         self.rollout.__enter__()
         node_cfg = self.node_cfg.model_copy(update={"rollout_url": self.rollout.url})
         self.node = NodeThread(GatewayNode(node_cfg, self.proxy), "127.0.0.1", self.port).__enter__()
-        return self.rollout.url, self.proxy
+        return self.rollout.url, self._records
+
+    def _records(self) -> list[CompletionRecord]:
+        self.proxy.store.flush()
+        return self.proxy.store.records()
 
     def __exit__(self, *exc: object) -> None:
         if self.node is not None:
@@ -195,7 +219,34 @@ class _system:  # noqa: N801
         self.rollout.__exit__(*exc)
 
 
-def _tasks(cfg: LearnConfig, step: int) -> list[TaskSpec]:
+class _remote:  # noqa: N801
+    """`cfg.rollout_url`'s nodes, already up (their proxies configured by the launch with SAMPLING and
+    FIRST_VERSION); (its URL, the records of the node stores `cfg.node_records` names)."""
+
+    def __init__(self, cfg: LearnConfig):
+        self.cfg = cfg
+
+    def __enter__(self) -> tuple[str, Records]:
+        assert self.cfg.rollout_url is not None
+        return self.cfg.rollout_url, self._records
+
+    def _records(self) -> list[CompletionRecord]:
+        out: list[CompletionRecord] = []
+        for path in sorted(glob.glob(self.cfg.node_records or "")):
+            store = SqliteStore(path, read_only=True)
+            try:
+                out += store.records()
+            finally:
+                store.close()
+        return out
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _tasks(cfg: LearnConfig, step: int, vllm: VLLMServer) -> list[TaskSpec]:
+    # on nodes of their own, the sessions name vLLM; a node of ours already has it as its proxy's upstream
+    upstream = {} if cfg.rollout_url is None else {"upstream_url": vllm.public_url, "upstream_model": SERVED_NAME}
     return [
         TaskSpec(
             task_id=f"step{step:03d}-p{i}",
@@ -207,6 +258,7 @@ def _tasks(cfg: LearnConfig, step: int) -> list[TaskSpec]:
             max_output_tokens=cfg.max_tokens,
             session_timeout_s=120,
             agent_timeout_s=60,
+            **upstream,
         )
         for i, prompt in enumerate(PROMPTS[: cfg.prompts])
     ]
@@ -240,7 +292,7 @@ def _pattern_tokens(policy: Policy, pattern: str) -> list[int]:
 
 
 async def _steps(
-    cfg: LearnConfig, run_dir: Path, vllm: VLLMServer, rollout_url: str, proxy: Proxy, nemo_rl, console: Console
+    cfg: LearnConfig, vllm: VLLMServer, rollout_url: str, records: Records, nemo_rl, console: Console
 ) -> dict[str, Any]:
     policy = Policy(vllm.model, cfg.lr)
     history: list[dict[str, Any]] = []
@@ -249,7 +301,7 @@ async def _steps(
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             bar = progress.add_task("reward -", total=cfg.steps)
             for step in range(cfg.steps):
-                row = await _step(cfg, step, api, vllm, proxy, policy, nemo_rl)
+                row = await _step(cfg, step, api, vllm, records, policy, nemo_rl)
                 history.append(row)
                 status = f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
                 progress.update(bar, advance=1, description=status)
@@ -260,11 +312,17 @@ async def _steps(
 
 
 async def _step(
-    cfg: LearnConfig, step: int, api: RolloutAPI, vllm: VLLMServer, proxy: Proxy, policy: Policy, nemo_rl: _NemoRLParts
+    cfg: LearnConfig,
+    step: int,
+    api: RolloutAPI,
+    vllm: VLLMServer,
+    records: Records,
+    policy: Policy,
+    nemo_rl: _NemoRLParts,
 ) -> dict[str, Any]:
     """Sample, judge, check, update, publish; what it measured."""
     t0, since = time.monotonic(), time.time()
-    tasks = await _run_step(api, _tasks(cfg, step))
+    tasks = await _run_step(api, _tasks(cfg, step, vllm))
     sampled = time.monotonic()
     batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe)
     prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
@@ -278,7 +336,9 @@ async def _step(
         "logprob_err": policy.logprob_error(batch),
         "samples": len(batch),
         "left_out": len(left_out),
-        "policy_versions": sorted(map(str, _versions(proxy, since))),
+        # the policy versions recorded on the calls made since the step began (a step runs between two updates)
+        "policy_versions": sorted({str(r.upstream.policy_version) for r in records() if r.started_at >= since}),
+        "sessions_by_node": dict(Counter(str(s["node_id"]) for _, t in tasks for s in t["sessions"])),
     }
     updating = time.monotonic()
     if nemo_rl.recipe is None:
@@ -293,12 +353,6 @@ async def _step(
     return row
 
 
-def _versions(proxy: Proxy, since: float) -> set[str | None]:
-    """The policy versions recorded on the calls made since `since` (a step runs between two updates)."""
-    proxy.store.flush()
-    return {r.upstream.policy_version for r in proxy.store.records() if r.started_at >= since}
-
-
 def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts) -> dict[str, Any]:
     rewards = [h["reward"] for h in history if h["reward"] is not None]
     return {
@@ -311,6 +365,7 @@ def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts) -> dict[str, 
         "post_processing": "nemo_rl" if nemo_rl.commands is not None else "polar",
         "loss": "nemo_rl" if nemo_rl.recipe is not None else "polar",
         "update_s": round(sum(h["update_s"] for h in history), 2),
+        "sessions_by_node": dict(sum((Counter(h["sessions_by_node"]) for h in history), Counter())),
         "history": history,
     }
 

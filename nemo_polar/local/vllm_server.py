@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +30,7 @@ class VLLMServer:
     model: Path = TINY_MODEL
     port: int = 8801
     served_name: str = "tiny"
+    host: str = "127.0.0.1"  # 0.0.0.0: reachable from other nodes (`public_url`)
     max_model_len: int = 32768
     dtype: str = "float32"  # exact enough to compare logprobs with a torch recompute
     python: Path = VLLM_PYTHON
@@ -42,6 +44,11 @@ class VLLMServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def public_url(self) -> str:
+        """Where other machines reach it: this machine's host name, unless it listens on loopback only."""
+        return self.url if self.host in ("127.0.0.1", "localhost") else f"http://{socket.gethostname()}:{self.port}"
+
     def command(self) -> list[str]:
         return [
             str(self.python),
@@ -52,7 +59,7 @@ class VLLMServer:
             "--served-model-name",
             self.served_name,
             "--host",
-            "127.0.0.1",
+            self.host,
             "--port",
             str(self.port),
             "--dtype",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import pytest
 from nemo_polar.cluster.topology import LaunchConfig, TopologyConfig, plan, sidecar_commands, split_overrides
 from nemo_polar.config import load
 from nemo_polar.errors import ConfigError
+from nemo_polar.learn.loop import FIRST_VERSION, SAMPLING, LearnConfig
 from nemo_polar.server.gateway.node import GatewayConfig
 from nemo_polar.server.rollout import RolloutConfig
 
@@ -130,3 +132,37 @@ def test_overrides_are_split_by_section():
     )
     assert recipe == ["grpo.seed=1", "++logger.wandb.name=x"]
     assert launch == ["topology.rollout_port=6002", "slurm.time=1", "polar.container=x"]
+
+
+def test_learn_makes_polar_learn_the_driver_and_every_gateway_serve_its_vllm(monkeypatch):
+    """--learn: the driver's command is `polar learn` on the job's rollout server (its overrides, not a recipe's),
+    loaded back by polar learn's own config; every gateway samples polar learn's vLLM at the trainer's pair."""
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--learn", "--dry-run", "--json",
+         IMAGE, "steps=6", "samples=4"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    p = json.loads(done.stdout)
+    env = p["ray_sub"]["env"]
+    assert (p["driver"], p["recipe"], env["CONTAINER"]) == ("learn", None, "registry.example/nemo-polar:1")
+    assert "driver=learn" in env["SANDBOX_COMMAND"]  # the sidecars compose the same launch config
+    argv = shlex.split(env["COMMAND"].split(" && ", 1)[1])
+    at = argv.index("learn")
+    assert argv[at - 1] == "polar" and argv[-1] == "rollout_url=http://$(hostname):6001"
+    learn_cfg = load(LearnConfig, "learn", argv[at + 2 : -1] + ["rollout_url=http://head:6001"])
+    assert (learn_cfg.steps, learn_cfg.samples, learn_cfg.serve_host) == (6, 4, "0.0.0.0")
+    assert learn_cfg.node_records.endswith("/nodes/*/records.sqlite") and learn_cfg.run_dir.endswith("/learn")
+    monkeypatch.setenv("POLAR_CONTROL_TOKEN", "minted-by-the-launch")
+    gateway = dict(sidecar_commands(load(LaunchConfig, "launch", ["driver=learn"]), "gpu-b", "gpu-a"))["gateway"]
+    g = load(GatewayConfig, "gateway", gateway[2:])
+    assert g.proxy.upstream.engine == "vllm" and g.proxy.upstream.sampling == SAMPLING
+    assert g.proxy.upstream.policy_version == FIRST_VERSION
+
+
+def test_a_nemo_rl_launch_without_a_recipe_is_refused():
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--dry-run", IMAGE],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--recipe" in done.stderr

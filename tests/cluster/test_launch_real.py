@@ -3,7 +3,8 @@ recipe through NeMo-RL's own ray.sub, from its checkout, unchanged, on 1 node an
 What it reaches is read from ray.sub's own files and our rollout store: our sidecar (the rollout server and a
 registered gateway on every node), the Ray head (and worker), the driver started.
 The driver then stops in NeMo-RL's GRPO import (this CPU environment runs Python 3.11; NeMo-RL wants 3.13 and
-GPUs): the boundary of what this machine can run."""
+GPUs): the boundary of what this machine can run. With --learn the driver is polar learn's CPU loop, which trains
+the tiny model on rollouts from both nodes to the job's end."""
 
 from __future__ import annotations
 
@@ -138,3 +139,38 @@ def test_a_production_recipe_runs_on_one_node_up_to_the_driver(slurm_cluster, tm
     assert "polar rollout server on http://0.0.0.0:6001" in sidecar and f"polar gateway node {host}" in sidecar
     assert _registered(tmp_path / "store") == {host: f"http://{host}:6000"}
     print(f"driver launched {_driver_at(logs)} s into the job; launch to job end {seconds:.0f} s; {job}")
+
+
+# polar learn as the job's driver: NeMo-RL's loss (found here), the test_learn settings, stopped once two steps in
+# a row leave no group any signal (every answer rewarded)
+LEARN = ["steps=14", "prompts=6", "samples=8", "lr=6e-3", "solved_after=2"]
+
+
+@requires_nemo_rl
+@requires_nodes
+@pytest.mark.vllm
+def test_polar_learn_as_the_driver_trains_on_rollouts_from_both_nodes(slurm_cluster2, tmp_path):
+    """vLLM on the first node, every session dispatched by the job's rollout server to the gateway of one node or
+    the other, the weights reloaded under the rollout server's pause of both; the job ends COMPLETED."""
+    run_dir, store = tmp_path / "run", tmp_path / "store"
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--learn", "--wait", "--json",
+         "polar.container=nemo-polar:test", f"run_dir={run_dir}", f"topology.store_dir={store}", *LEARN],
+        capture_output=True, text=True, timeout=1200, env=_launch_env(tmp_path, slurm_cluster2),
+    )  # fmt: skip
+    job = json.loads(done.stdout)
+    driver = (Path(job["log_dir"]) / "ray-driver.log").read_text()
+    assert (job["job_state"], job["exit_code"], done.returncode) == ("COMPLETED", "0:0", 0), driver[-3000:]
+    learn = job["learn"]
+    assert learn["reward_first"] <= 0.3 and learn["reward_last"] >= 0.9, [h["reward"] for h in learn["history"]]
+    assert learn["max_logprob_err"] <= 1e-4 and learn["loss"] == "nemo_rl"
+    n1, n2 = slurm_cluster2.names
+    by_node = learn["sessions_by_node"]
+    assert set(by_node) == {n1, n2} and min(by_node.values()) > 0, by_node
+    assert sum(by_node.values()) == 6 * 8 * learn["steps"]
+    # every call of step k ran under policy version k, read from both nodes' record stores
+    assert [h["policy_versions"] for h in learn["history"]] == [[str(k)] for k in range(learn["steps"])]
+    assert _registered(store) == {n1: f"http://{n1}:6000", n2: f"http://{n2}:6000"}
+    assert not _processes_naming(str(store)) and not _processes_naming(str(run_dir))  # nothing left running
+    print(f"{learn['steps']} steps, reward {learn['reward_first']} -> {learn['reward_last']}, {by_node}; "
+          f"polar learn {learn['seconds']} s, launch to job end {job['seconds']} s")  # fmt: skip
