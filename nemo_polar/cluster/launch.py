@@ -83,6 +83,11 @@ def main_slurm(
         raise ConfigError("--recipe: NeMo-RL's GRPO runs a recipe (or --learn: polar learn's loop)")
     if check and cfg.driver == "nemo_rl":
         check_recipe(recipe, recipe_overrides)
+    if cfg.driver == "learn":  # polar learn's overrides, refused here rather than in the job
+        from ..config import load
+        from ..learn.loop import LearnConfig
+
+        load(LearnConfig, "learn", recipe_overrides)
     p = plan(cfg, nodes, recipe, recipe_overrides, launch_overrides)
     if dry_run:
         return p

@@ -103,6 +103,9 @@ class LearnConfig(Strict):
         None,
         description="a rollout server whose gateway nodes run the sessions (a Slurm job's); null: one here, one node",
     )
+    control_token: str | None = Field(
+        None, description="rollout_url's (a launch hands it over as POLAR_CONTROL_TOKEN)"
+    )
     serve_host: str = Field("127.0.0.1", description="where vLLM listens (0.0.0.0: for the nodes of rollout_url)")
     node_records: str | None = Field(
         None, description="with rollout_url: the nodes' record stores (a glob), read for each call's policy version"
@@ -297,7 +300,7 @@ async def _steps(
     policy = Policy(vllm.model, cfg.lr)
     history: list[dict[str, Any]] = []
     columns = (TextColumn("step {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"))
-    async with RolloutAPI(rollout_url) as api:
+    async with RolloutAPI(rollout_url, cfg.control_token) as api:
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             bar = progress.add_task("reward -", total=cfg.steps)
             for step in range(cfg.steps):

@@ -160,9 +160,9 @@ def test_learn_makes_polar_learn_the_driver_and_every_gateway_serve_its_vllm(mon
     assert g.proxy.upstream.policy_version == FIRST_VERSION
 
 
-def test_a_nemo_rl_launch_without_a_recipe_is_refused():
-    done = subprocess.run(
-        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--dry-run", IMAGE],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def test_a_launch_without_a_recipe_or_with_a_bad_learn_override_is_refused_before_sbatch():
+    launch = [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--dry-run", IMAGE]
+    done = subprocess.run(launch, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--recipe" in done.stderr
+    done = subprocess.run(launch + ["--learn", "stpes=3"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "stpes" in done.stderr
