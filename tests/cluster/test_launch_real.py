@@ -15,11 +15,12 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from nemo_polar.cluster.slurm import ENDED
+from nemo_polar.cluster.slurm import ENDED, follow
 
 from ..conftest import NEMO_RL, requires_nemo_rl
 from .conftest import requires_nodes
@@ -174,3 +175,50 @@ def test_polar_learn_as_the_driver_trains_on_rollouts_from_both_nodes(slurm_clus
     assert not _processes_naming(str(store)) and not _processes_naming(str(run_dir))  # nothing left running
     print(f"{learn['steps']} steps, reward {learn['reward_first']} -> {learn['reward_last']}, {by_node}; "
           f"polar learn {learn['seconds']} s, launch to job end {job['seconds']} s")  # fmt: skip
+
+
+def _final_sessions(store: Path) -> dict[str, tuple[str, str]]:
+    """The rollout store's final sessions with their results (id -> state, result), read-only: the job may still
+    be writing; and the store's own integrity check."""
+    with closing(sqlite3.connect(f"file:{store / 'rollout.sqlite'}?mode=ro", uri=True, timeout=30)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        rows = db.execute(
+            "SELECT id, state, result FROM sessions WHERE state IN ('completed', 'error', 'timeout', 'cancelled')"
+        )
+        return {sid: (state, result) for sid, state, result in rows}
+
+
+@requires_nemo_rl
+@requires_nodes
+@pytest.mark.vllm
+def test_scancel_in_the_middle_leaves_no_process_on_either_node_and_every_finished_result(slurm_cluster2, tmp_path):
+    """Cancelled while the first step's sessions run on both nodes: the job ends CANCELLED, nothing of it runs on
+    either node (sidecars, gateways, sandboxes, vLLM, the driver), and every result the rollout store had is
+    still there, unchanged, in a store that checks out."""
+    run_dir, store = tmp_path / "run", tmp_path / "store"
+    env = _launch_env(tmp_path, slurm_cluster2)
+    done = subprocess.run(
+        [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--learn", "--json",
+         "polar.container=nemo-polar:test", f"run_dir={run_dir}", f"topology.store_dir={store}", "steps=50"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    job_id = json.loads(done.stdout)["job_id"]
+    deadline, before = time.monotonic() + 600, {}
+    while len(before) < 8 and time.monotonic() < deadline:  # some of the first step's sessions are done
+        time.sleep(1)
+        before = _final_sessions(store) if (store / "rollout.sqlite").exists() else {}
+    assert len(before) >= 8, (run_dir / f"slurm-{job_id}.out").read_text()[-3000:]
+    # what must be gone afterwards is there now: the sidecars' servers and sandboxes (the store), vLLM (run_dir)
+    assert _processes_naming(str(store)) and _processes_naming(str(run_dir))
+    subprocess.run(["scancel", job_id], env=env, check=True)
+    end = follow(job_id, poll_s=1, say=lambda _: None)
+    assert end.state == "CANCELLED", end
+    after = _final_sessions(store)
+    assert {sid: after.get(sid) for sid in before} == before and len(after) < 6 * 8 * 50
+    for records in (store / "nodes").glob("*/records.sqlite"):  # each node's record store checks out too
+        with closing(sqlite3.connect(f"file:{records}?mode=ro", uri=True)) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    deadline = time.monotonic() + 60  # Slurm's kill of the steps' cgroups takes a moment after the state
+    while (_processes_naming(str(store)) or _processes_naming(str(run_dir))) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _processes_naming(str(store)) and not _processes_naming(str(run_dir))
