@@ -360,6 +360,17 @@ class SlurmTestCluster:
                 d.signal(signal.SIGKILL)  # a node's pid 1 killed ends every process in its pid namespace
             _wait(lambda: not any(d.alive() for d in live), 5, "", fail=False)
 
+    def lose(self, name: str) -> list[str]:
+        """Node `name` gone at once, as a machine that loses its power: its pid 1 killed, and with it every process
+        of its namespaces (slurmd, the job's steps, all they started). Only for several nodes; what was killed."""
+        inits = [d for d in self.daemons() if d.node == name and d.name not in ("unshare", "slurmd") and d.alive()]
+        if len(self.names) < 2 or not inits:
+            raise ConfigError(f"no running node {name} of several here (nodes: {', '.join(self.names)})")
+        for d in inits:
+            d.signal(signal.SIGKILL)  # the pid namespace ends with its pid 1
+        _wait(lambda: not any(d.alive() for d in inits), 10, f"node {name} to go")
+        return [f"{d.name} {d.pid} ({d.node})" for d in inits]
+
     def down(self) -> list[str]:
         """Cancel the jobs, stop the recorded daemons (slurmds, then each node's pid 1 and unshare, then the
         controller and munged), remove the links, the bridge and slurmd's freezer folders. Returns what was
