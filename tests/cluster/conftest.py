@@ -44,3 +44,12 @@ def slurm_cluster2(tmp_path_factory) -> Iterator[SlurmTestCluster]:
         pytest.skip(NODES_MISSING)
     c = SlurmTestCluster(tmp_path_factory.mktemp("slurm2"), nodes=2, node="tn", ports=(16837, 16838))
     yield from _session_cluster(c)
+
+
+@pytest.fixture
+def lossy_cluster(tmp_path_factory) -> Iterator[SlurmTestCluster]:
+    """Two nodes of a test's own (tf1, tf2; other ports, another bridge), for a test that loses one."""
+    if NODES_MISSING:
+        pytest.skip(NODES_MISSING)
+    c = SlurmTestCluster(tmp_path_factory.mktemp("lossy"), nodes=2, node="tf", ports=(16839, 16840))
+    yield from _session_cluster(c)
