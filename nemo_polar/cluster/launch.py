@@ -85,7 +85,7 @@ def main_slurm(
         check_recipe(recipe, recipe_overrides)
     if cfg.driver == "learn":  # polar learn's overrides, refused here rather than in the job
         from ..config import load
-        from ..learn.loop import LearnConfig
+        from ..learn.config import LearnConfig
 
         load(LearnConfig, "learn", recipe_overrides)
     p = plan(cfg, nodes, recipe, recipe_overrides, launch_overrides)

@@ -130,7 +130,7 @@ def sidecar_commands(cfg: LaunchConfig, host: str, master: str) -> list[tuple[st
         f"proxy.upstream.url={topo.upstream_url.format(host=host)}",
     ]
     if cfg.driver == "learn":  # sampled at the trainer's pair by every proxy
-        from ..learn.loop import FIRST_VERSION, SAMPLING
+        from ..learn.config import FIRST_VERSION, SAMPLING
 
         gateway += ["proxy.upstream.sampling={" + ", ".join(f"{k}: {v}" for k, v in SAMPLING.items()) + "}"]
         gateway += [f"proxy.upstream.policy_version='{FIRST_VERSION}'"]  # a string, never read as a number
@@ -168,10 +168,12 @@ def plan(
         overrides += list(recipe_overrides)
         train = ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + overrides
         workdir, container = cfg.nemo_rl.dir, cfg.nemo_rl.container
-    driver_env = {"NEMO_RL_DIR": cfg.nemo_rl.dir, "NEMO_GYM_EXTRA_ROOTS": str(gym_root), "POLAR_ROLLOUT_URL": ""}
-    command = f"cd {shlex.quote(workdir)} && " + " ".join(
-        f"{k}={rollout_url if k == 'POLAR_ROLLOUT_URL' else shlex.quote(v)}" for k, v in driver_env.items()
-    )
+    driver_env = {  # as the shell reads them: the rollout URL unquoted, so that its $(hostname) expands
+        "NEMO_RL_DIR": shlex.quote(cfg.nemo_rl.dir),
+        "NEMO_GYM_EXTRA_ROOTS": shlex.quote(str(gym_root)),
+        "POLAR_ROLLOUT_URL": rollout_url,
+    }
+    command = f"cd {shlex.quote(workdir)} && " + " ".join(f"{k}={v}" for k, v in driver_env.items())
     command += " " + shlex.join(train)
     if cfg.driver == "learn":  # the rollout server's URL as polar learn's own setting (its $(hostname) expanded)
         command += f" rollout_url={rollout_url}"

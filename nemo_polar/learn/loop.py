@@ -28,18 +28,18 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from statistics import fmean
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..config import ProxyConfig, Strict
-from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
+from ..config import ProxyConfig
+from ..contracts import EvaluatorSpec, TaskSpec
 from ..errors import ConfigError
-from ..local.vllm_server import ROOT, TINY_MODEL, VLLMServer
+from ..local.vllm_server import ROOT, VLLMServer
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
 from ..records import CompletionRecord
@@ -47,69 +47,9 @@ from ..server.client import RolloutAPI
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
 from ..store import SqliteStore
+from .config import FIRST_VERSION, PROMPTS, SAMPLING, SERVED_NAME, LearnConfig
 from .data import samples as to_samples
 from .policy import Policy
-
-# Toy prompts whose reward (the answer holds a digit) the random model earns tens of percent of the time:
-# a dense enough signal for a few steps to move it (a sparse one, a few percent, does not learn).
-PROMPTS = (
-    "Write a number.",
-    "How many legs does a spider have?",
-    "Give me a year.",
-    "What is 2 + 2?",
-    "Count to three.",
-    "Name a prime.",
-    "What time is it?",
-    "Pick a digit.",
-)
-# What every proxy in front of the trainer's vLLM sends it, whatever the agent asks: the trainer's sampling
-# pair (logprobs of the plain softmax), and version 0 (the weights as built) until the first update.
-SAMPLING = {"temperature": 1.0, "top_p": 1.0}
-FIRST_VERSION = "0"
-SERVED_NAME = "polar-learn"
-
-
-class LearnConfig(Strict):
-    """`conf/learn.yaml`."""
-
-    run_dir: str = "runs/learn"
-    steps: int = Field(20, ge=1)
-    prompts: int = Field(8, ge=1, le=len(PROMPTS), description="tasks per step")
-    samples: int = Field(8, ge=2, description="sessions per task: the GRPO group")
-    max_tokens: int = Field(8, ge=1, description="each answer's cap: length alone cannot earn the reward")
-    lr: float = Field(3e-3, gt=0)
-    pattern: str = Field("[0-9]", description="the reward: the answer contains it")
-    harness: HarnessSpec = HarnessSpec(name="shell", command=f"python3 {ROOT / 'examples' / 'one_call_agent.py'}")
-    runtime: RuntimeSpec = RuntimeSpec()
-    model: str = str(TINY_MODEL)
-    capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
-    nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
-    update: Literal["auto", "polar", "nemo_rl"] = Field(
-        "auto",
-        description="the GRPO loss: NeMo-RL's (its advantage estimator and ClippedPGLossFn, configured by `recipe`), "
-        "our own (learn/policy.py), or auto: NeMo-RL's when it post-processes",
-    )
-    recipe: str = Field(
-        "recipes/grpo_qwen3.5_4b_polar_swe.yaml",
-        description="the recipe whose grpo and loss_fn sections NeMo-RL's loss runs with (relative: to the repo)",
-    )
-    recipe_overrides: list[str] = Field(
-        default_factory=list, description="Hydra overrides for it, e.g. loss_fn.ratio_clip_max=0.2"
-    )
-    solved_after: int | None = Field(
-        3, ge=1, description="stop once this many steps in a row gave no group any signal (every sample the same)"
-    )
-    rollout_url: str | None = Field(
-        None,
-        description="a rollout server whose gateway nodes run the sessions (a Slurm job's); null: one here, one node",
-    )
-    control_token: str | None = Field(
-        None, description="rollout_url's (a launch hands it over as POLAR_CONTROL_TOKEN)"
-    )
-    serve_host: str = Field("127.0.0.1", description="where vLLM listens (0.0.0.0: for the nodes of rollout_url)")
-    node_records: str | None = Field(
-        None, description="with rollout_url: the nodes' record stores (a glob), read for each call's policy version"
-    )
 
 
 def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
@@ -124,7 +64,9 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
         with console.status("starting vLLM (about 40 s on CPU)"):
             vllm.start()
         try:
-            with _system(cfg, vllm, run_dir) if cfg.rollout_url is None else _remote(cfg) as (rollout_url, records):
+            # a launch's nodes are up already, their proxies configured with SAMPLING and FIRST_VERSION
+            remote = nullcontext((cfg.rollout_url, functools.partial(_node_records, cfg.node_records)))
+            with _system(cfg, vllm, run_dir) if cfg.rollout_url is None else remote as (rollout_url, records):
                 summary = asyncio.run(_steps(cfg, vllm, rollout_url, records, nemo_rl, console))
         finally:
             vllm.stop()
@@ -222,29 +164,16 @@ class _system:  # noqa: N801
         self.rollout.__exit__(*exc)
 
 
-class _remote:  # noqa: N801
-    """`cfg.rollout_url`'s nodes, already up (their proxies configured by the launch with SAMPLING and
-    FIRST_VERSION); (its URL, the records of the node stores `cfg.node_records` names)."""
-
-    def __init__(self, cfg: LearnConfig):
-        self.cfg = cfg
-
-    def __enter__(self) -> tuple[str, Records]:
-        assert self.cfg.rollout_url is not None
-        return self.cfg.rollout_url, self._records
-
-    def _records(self) -> list[CompletionRecord]:
-        out: list[CompletionRecord] = []
-        for path in sorted(glob.glob(self.cfg.node_records or "")):
-            store = SqliteStore(path, read_only=True)
-            try:
-                out += store.records()
-            finally:
-                store.close()
-        return out
-
-    def __exit__(self, *exc: object) -> None:
-        pass
+def _node_records(pattern: str | None) -> list[CompletionRecord]:
+    """The records of the node stores `pattern` names (a launch's nodes: `cfg.node_records`), read-only."""
+    out: list[CompletionRecord] = []
+    for path in sorted(glob.glob(pattern or "")):
+        store = SqliteStore(path, read_only=True)
+        try:
+            out += store.records()
+        finally:
+            store.close()
+    return out
 
 
 def _tasks(cfg: LearnConfig, step: int, vllm: VLLMServer) -> list[TaskSpec]:

@@ -14,7 +14,7 @@ import pytest
 from nemo_polar.cluster.topology import LaunchConfig, TopologyConfig, plan, sidecar_commands, split_overrides
 from nemo_polar.config import load
 from nemo_polar.errors import ConfigError
-from nemo_polar.learn.loop import FIRST_VERSION, SAMPLING, LearnConfig
+from nemo_polar.learn.config import FIRST_VERSION, SAMPLING, LearnConfig
 from nemo_polar.server.gateway.node import GatewayConfig
 from nemo_polar.server.rollout import RolloutConfig
 

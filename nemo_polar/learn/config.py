@@ -1,0 +1,73 @@
+"""`polar learn`'s settings and the constants its serving shares with a launch's gateways (`--learn`): what the
+launch and each node's sidecar read without importing the loop (torch)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..config import Strict
+from ..contracts import HarnessSpec, NodeCapacity, RuntimeSpec
+from ..local.vllm_server import ROOT, TINY_MODEL
+
+# Toy prompts whose reward (the answer holds a digit) the random model earns tens of percent of the time:
+# a dense enough signal for a few steps to move it (a sparse one, a few percent, does not learn).
+PROMPTS = (
+    "Write a number.",
+    "How many legs does a spider have?",
+    "Give me a year.",
+    "What is 2 + 2?",
+    "Count to three.",
+    "Name a prime.",
+    "What time is it?",
+    "Pick a digit.",
+)
+# What every proxy in front of the trainer's vLLM sends it, whatever the agent asks: the trainer's sampling
+# pair (logprobs of the plain softmax), and version 0 (the weights as built) until the first update.
+SAMPLING = {"temperature": 1.0, "top_p": 1.0}
+FIRST_VERSION = "0"
+SERVED_NAME = "polar-learn"
+
+
+class LearnConfig(Strict):
+    """`conf/learn.yaml`."""
+
+    run_dir: str = "runs/learn"
+    steps: int = Field(20, ge=1)
+    prompts: int = Field(8, ge=1, le=len(PROMPTS), description="tasks per step")
+    samples: int = Field(8, ge=2, description="sessions per task: the GRPO group")
+    max_tokens: int = Field(8, ge=1, description="each answer's cap: length alone cannot earn the reward")
+    lr: float = Field(3e-3, gt=0)
+    pattern: str = Field("[0-9]", description="the reward: the answer contains it")
+    harness: HarnessSpec = HarnessSpec(name="shell", command=f"python3 {ROOT / 'examples' / 'one_call_agent.py'}")
+    runtime: RuntimeSpec = RuntimeSpec()
+    model: str = str(TINY_MODEL)
+    capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
+    nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
+    update: Literal["auto", "polar", "nemo_rl"] = Field(
+        "auto",
+        description="the GRPO loss: NeMo-RL's (its advantage estimator and ClippedPGLossFn, configured by `recipe`), "
+        "our own (learn/policy.py), or auto: NeMo-RL's when it post-processes",
+    )
+    recipe: str = Field(
+        "recipes/grpo_qwen3.5_4b_polar_swe.yaml",
+        description="the recipe whose grpo and loss_fn sections NeMo-RL's loss runs with (relative: to the repo)",
+    )
+    recipe_overrides: list[str] = Field(
+        default_factory=list, description="Hydra overrides for it, e.g. loss_fn.ratio_clip_max=0.2"
+    )
+    solved_after: int | None = Field(
+        3, ge=1, description="stop once this many steps in a row gave no group any signal (every sample the same)"
+    )
+    rollout_url: str | None = Field(
+        None,
+        description="a rollout server whose gateway nodes run the sessions (a Slurm job's); null: one here, one node",
+    )
+    control_token: str | None = Field(
+        None, description="rollout_url's (a launch hands it over as POLAR_CONTROL_TOKEN)"
+    )
+    serve_host: str = Field("127.0.0.1", description="where vLLM listens (0.0.0.0: for the nodes of rollout_url)")
+    node_records: str | None = Field(
+        None, description="with rollout_url: the nodes' record stores (a glob), read for each call's policy version"
+    )
