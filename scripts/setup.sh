@@ -286,18 +286,14 @@ run_part() {
 
 asked() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
-# run_group "PARTS": the asked ones of PARTS, one after another, in the background; its name in STARTED.
+# start_part PART: PART in the background, logged to $DEPS/logs/PART.log, at most JOBS at once; its name in STARTED.
 STARTED=()
-run_group() {
-  local part todo=() name
-  for part in $1; do asked "$part" && todo+=("$part"); done
-  [[ ${#todo[@]} -gt 0 ]] || return 0
-  name=${todo[*]}; name=${name// /+}
+start_part() {
   while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
-  rm -f "$DEPS/logs/$name.done"
+  rm -f "$DEPS/logs/$1.done"
   # errexit holds in the subshell: a failing part ends it before the mark
-  ( (for part in "${todo[@]}"; do run_part "$part"; done) >"$DEPS/logs/$name.log" 2>&1; touch "$DEPS/logs/$name.done" ) &
-  STARTED+=("$name")
+  ( run_part "$1" >"$DEPS/logs/$1.log" 2>&1; touch "$DEPS/logs/$1.done" ) &
+  STARTED+=("$1")
 }
 
 parts=("$@")
@@ -309,7 +305,9 @@ for part in "${SERIAL[@]}"; do
   if asked "$part"; then run_part "$part"; fi
 done
 mkdir -p "$DEPS/logs"
-for group in "${PARALLEL[@]}"; do run_group "$group"; done
+for part in "${PARALLEL[@]}"; do
+  if asked "$part"; then start_part "$part"; fi
+done
 wait
 failed=()
 for name in "${STARTED[@]}"; do
