@@ -7,8 +7,9 @@ but carries only what the project understands; anything a dialect cannot map is 
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 
 @dataclass(slots=True)
@@ -72,6 +73,67 @@ class Usage:
     cached_tokens: int = 0
 
 
+class JoinedIds(Sequence[int]):
+    """A prompt's ids as the earlier prompt's ids it begins with (`head`, a list or another
+    `JoinedIds`) and the rest (`tail`): what a session's next prompt is, without a new list of every id.
+    Slices past the head are the tail's; anything else reads it as one list, built once and kept."""
+
+    __slots__ = ("head", "tail", "_len", "_list")
+
+    def __init__(self, head: Sequence[int], tail: list[int]):
+        self.head, self.tail = head, tail
+        self._len = len(head) + len(tail)
+        self._list: list[int] | None = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        n = len(self.head)
+        if isinstance(i, slice) and (i.step or 1) == 1:
+            start, stop, _ = i.indices(self._len)
+            if start >= n:
+                return self.tail[start - n : stop - n]
+        return self.to_list()[i]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.to_list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, JoinedIds):
+            other = other.to_list()
+        return isinstance(other, list) and self.to_list() == other
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, and as unhashable
+
+    def __repr__(self) -> str:
+        return repr(self.to_list())
+
+    def to_list(self) -> list[int]:
+        """The ids as one list (the heads walked without recursion: a session's chain is long)."""
+        if self._list is None:
+            tails, head = [self.tail], self.head
+            while isinstance(head, JoinedIds) and head._list is None:
+                tails.append(head.tail)
+                head = head.head
+            out = list(head.to_list() if isinstance(head, JoinedIds) else head)
+            for tail in reversed(tails):
+                out += tail
+            self._list = out
+        return self._list
+
+
+def as_list(ids: Sequence[int]) -> list[int]:
+    """`ids` as a list, for what serialises them (JSON, pydantic): a list as it is."""
+    if isinstance(ids, list):
+        return ids
+    return ids.to_list() if isinstance(ids, JoinedIds) else list(ids)
+
+
 @dataclass(slots=True)
 class Completion:
     """One assistant turn as the inference server produced it, tokens included."""
@@ -80,7 +142,8 @@ class Completion:
     reasoning: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"  # stop | length | tool_calls | content_filter
-    prompt_token_ids: list[int] = field(default_factory=list)
+    # a list, or (a long session's prompt, as the proxy read it) `JoinedIds`: `as_list` to serialise them
+    prompt_token_ids: Sequence[int] = field(default_factory=list)
     completion_token_ids: list[int] = field(default_factory=list)
     completion_logprobs: list[float] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)

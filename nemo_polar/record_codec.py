@@ -36,6 +36,7 @@ from typing import Any
 
 import orjson
 
+from .chat import as_list
 from .errors import PolarError
 from .records import CompletionRecord
 
@@ -79,7 +80,7 @@ class Bodies:
     lists: dict[tuple[str, str], _List]
     # an earlier record's prompt ids that this record's prompt is known to begin with (they were read from
     # the same bytes of the answer): a 100k-id prefix taken on trust instead of compared again
-    prompt_base: list[int] | None = None
+    prompt_base: Sequence[int] | None = None
 
 
 @dataclass
@@ -88,7 +89,7 @@ class _Memory:
 
     record_id: str
     lists: dict[tuple[str, str], _List]
-    prompt: list[int]
+    prompt: Sequence[int]
     sampled: list[int]
     parts: list[bytes]  # hashes it stored
 
@@ -142,6 +143,8 @@ class Encoder:
         A short call's record (a prompt under `SHORT_PROMPT` ids, and no prepared bodies) is stored whole,
         as records were before: references would cost it more than they save, and nothing refers to it."""
         if bodies is None and len(record.prompt_token_ids) < SHORT_PROMPT:
+            if not isinstance(record.prompt_token_ids, list):  # the proxy's `JoinedIds`, serialised as a list
+                record = record.model_copy(update={"prompt_token_ids": as_list(record.prompt_token_ids)})
             data = KEY_PATTERN.sub(REDACTED, record.__pydantic_serializer__.to_json(record))
             return Encoded(record, (record.id, record.session_id, record.seq, record.status, data, None), [], None)
         mine = [e.memory for e in along if e.memory is not None and e.record.session_id == record.session_id]
@@ -271,7 +274,9 @@ def _spans(lengths: list[int], start: int) -> list[tuple[int, int]]:
     return spans
 
 
-def _prefix(prompt: list[int], recent: list[_Memory], known: list[int] | None = None) -> tuple[str | None, int]:
+def _prefix(
+    prompt: Sequence[int], recent: list[_Memory], known: Sequence[int] | None = None
+) -> tuple[str | None, int]:
     """The recent call whose prompt + sample this prompt shares the longest prefix with, and its length.
     The last call first: a chain's next prompt extends it whole, and then nothing else is compared.
     `known`: a prompt this one is known to begin with (the very list object), not compared again."""

@@ -4,20 +4,25 @@ whole prompt, and a session's next prompt starts with its last one.
 An answer's body is parsed with its `prompt_token_ids` array cut out. The array's bytes are compared
 with the session's last ones: when they begin with them, the ids read last time are taken as they
 were (the same int objects: a 64k-token prompt is not turned into 64k new objects call after call)
-and only the rest is parsed. The ids are then put back where the backend reads them. Any answer that
-does not read so (no such array, an array that is not the one the backend reads, not JSON once cut)
-is parsed whole, as it would have been.
+and only the rest is parsed. The ids are then put back where the backend reads them, as `JoinedIds`:
+the earlier ids and the rest, never copied into a list of every id (building and freeing a 100k-item
+list was the largest cost of a long session's call). Any answer that does not read so (no such array,
+an array that is not the one the backend reads, not JSON once cut) is parsed whole, as it would have
+been.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
+from ..chat import JoinedIds
 from .backends.base import Backend
 
+_NAME = "prompt_token_ids"
 _KEY = b'"prompt_token_ids":['
 _SESSIONS = 256
 _SMALL = 16384  # an answer this short is parsed whole: its ids are a few thousand at most
@@ -27,7 +32,7 @@ class PromptIds:
     def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
         # per session: the last answer's ids array (a view of its bytes), the ids read, and the earlier ids
         # they began with
-        self._last: OrderedDict[str, tuple[memoryview, list[int], list[int] | None]] = OrderedDict()
+        self._last: OrderedDict[str, tuple[memoryview, Sequence[int], Sequence[int] | None]] = OrderedDict()
         self._limit = sessions
         self._small = small
 
@@ -46,18 +51,20 @@ class PromptIds:
             return orjson.loads(raw)
         choices = body.get("choices") if isinstance(body, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-        place = backend.prompt_ids(body, choice)
-        if not isinstance(place, list) or place or not isinstance(tail, list):
+        cut = [h for h in (body, choice, choice.get("message")) if isinstance(h, dict) and h.get(_NAME, ()) == []]
+        if len(cut) != 1 or not isinstance(tail, list):
+            return orjson.loads(raw)
+        ids: Sequence[int] = JoinedIds(head, tail) if head else tail
+        cut[0][_NAME] = ids
+        if backend.prompt_ids(body, choice) is not ids:
             return orjson.loads(raw)  # the array cut out is not the one the backend reads
-        place += head
-        place += tail
-        self._last[session_id] = (memoryview(raw)[opened + 1 : closed], place, head or None)
+        self._last[session_id] = (memoryview(raw)[opened + 1 : closed], ids, head or None)
         self._last.move_to_end(session_id)
         while len(self._last) > self._limit:
             self._last.popitem(last=False)
         return body
 
-    def _split(self, session_id: str, raw: bytes, start: int, end: int) -> tuple[list[int], Any]:
+    def _split(self, session_id: str, raw: bytes, start: int, end: int) -> tuple[Sequence[int], Any]:
         """(the ids taken from the last answer, the rest parsed) of the ids array's text `raw[start:end]`,
         compared where it lies (hundreds of KB: never copied)."""
         last = self._last.get(session_id)
@@ -67,7 +74,7 @@ class PromptIds:
             return last[1], orjson.loads(b"[" + raw[start + n + 1 : end] + b"]")
         return [], orjson.loads(b"[" + raw[start:end] + b"]")
 
-    def extends(self, session_id: str, ids: list[int]) -> list[int] | None:
+    def extends(self, session_id: str, ids: Sequence[int]) -> Sequence[int] | None:
         """The earlier answer's ids that `ids` (the session's last answer's, as read) begin with: the two
         were read from the same bytes, so the store need not compare them."""
         last = self._last.get(session_id)

@@ -9,6 +9,7 @@ fingerprint: several harnesses drop it from history.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -18,7 +19,7 @@ from ..chat import Completion, Message
 
 @dataclass(frozen=True, slots=True)
 class SampledTurn:
-    prompt_token_ids: list[int]
+    prompt_token_ids: Sequence[int]  # `as_list` to send them
     completion_token_ids: list[int]
     completion_logprobs: list[float]
 

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread, HistoryIds, history_turn
+from nemo_polar.chat import JoinedIds, as_list
 from nemo_polar.proxy.backends import BACKENDS
 from nemo_polar.proxy.backends.base import body_json
 from nemo_polar.proxy.dialects import DIALECTS
@@ -129,7 +130,7 @@ def test_prompt_ids_read_from_the_last_answer_are_what_a_whole_parse_gives(engin
         body = reader.parse("s", backend, raw)
         assert body == orjson.loads(raw)
         got = backend.prompt_ids(body, body["choices"][0])
-        if previous is not None and engine != "sglang":  # SGLang's place falls back to a whole parse
+        if previous is not None:
             assert got[len(previous) - 1] is previous[-1]  # the same ints, not parsed again
             # and what the store is told they begin with, uncompared, is what they do begin with
             assert reader.extends("s", got) is previous and got[: len(previous)] == previous
@@ -227,3 +228,51 @@ def test_the_upstream_body_is_what_serialising_it_whole_gives_and_its_kept_histo
         assert body_json(spliced, request.messages) == orjson.dumps(spliced)
         assert body_json(body | {"messages": []}, request.messages) == orjson.dumps(body | {"messages": []})
         messages = messages + [history_turn(messages, "sh"), {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+
+
+def test_joined_ids_read_as_the_list_they_stand_for():
+    rng = random.Random(8)
+    whole = [rng.randrange(50_000) for _ in range(40)]
+    ids: list[int] | JoinedIds = whole[:5]
+    for cut in range(10, 41, 5):
+        ids = JoinedIds(ids, whole[len(ids) : cut])
+    assert isinstance(ids, JoinedIds) and len(ids) == 40 and ids.tail == whole[35:]
+    for i in (slice(None), slice(3, 17), slice(35, None), slice(36, 39), slice(38, 2), slice(None, None, -3), -1, 7):
+        assert ids[i] == whole[i]
+    assert ids == whole and whole == ids and ids == JoinedIds(whole[:20], whole[20:])
+    assert ids != whole[:-1] and ids != [*whole[:-1], -1] and ids != tuple(whole)
+    assert list(ids) == whole and as_list(ids) is ids.to_list() and as_list(whole) is whole
+    deep: list[int] | JoinedIds = [0]
+    for i in range(1, 20_000):  # a session of 20,000 calls reads without recursing
+        deep = JoinedIds(deep, [i])
+    assert as_list(deep) == list(range(20_000))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "nemo_rl"])
+def test_a_long_session_whose_prompts_are_joined_is_recorded_and_spliced_as_whole_lists(engine, tmp_path):
+    """Every prompt read as the last answer's ids and the rest is stored as the list a whole parse gives;
+    the turns NeMo-RL's server takes back carry their prompt as a JSON list."""
+    with (
+        FakeUpstreamThread(history=True, engine=engine) as up,
+        make_proxy(up.url, tmp_path, upstream={"engine": engine}) as proxy,
+    ):
+        proxy.proxy.sessions.prompt_ids = reader = PromptIds(small=0)
+        session = proxy.proxy.sessions.open()
+        messages = history(random.Random(9), 2)
+        joined = 0
+        auth = {"Authorization": f"Bearer {session.api_key}"}
+        with httpx.Client(base_url=proxy.url, timeout=30, headers=auth) as http:
+            for t in range(12):
+                answer = http.post("/v1/chat/completions", json={"model": "m", "messages": messages, "tools": [TOOL]})
+                assert answer.status_code == 200, answer.text
+                joined += isinstance(reader._last[session.id][1], JoinedIds)
+                messages = messages + chat_turn(answer.json(), t, f"output {t} ✓" * t)
+        upstream = list(up.fake.requests)
+        recorded = proxy.proxy.records(session.id)
+    assert joined == 11  # every prompt after the first
+    for rec, went in zip(recorded, upstream, strict=True):
+        assert type(rec.prompt_token_ids) is list and rec.status == "ok"
+        assert rec.prompt_token_ids == HistoryIds().prompt(went["messages"])
+    if engine == "nemo_rl":  # each earlier turn goes back with the prompt it was sampled from
+        spliced = [m for m in upstream[-1]["messages"] if "prompt_token_ids" in m]
+        assert [m["prompt_token_ids"] for m in spliced] == [r.prompt_token_ids for r in recorded[:-1]]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...chat import ChatRequest
+from ...chat import ChatRequest, as_list
 from ..splice import SpliceIndex
 from .base import Backend, message_body
 
@@ -44,7 +44,7 @@ class NemoRLBackend(Backend):
             d = dict(message_body(m))  # its own: the spliced fields are this call's
             turn = splices.lookup(m) if splices is not None else None
             if turn is not None:
-                d["prompt_token_ids"] = turn.prompt_token_ids
+                d["prompt_token_ids"] = as_list(turn.prompt_token_ids)
                 d["generation_token_ids"] = turn.completion_token_ids
                 d["generation_log_probs"] = turn.completion_logprobs
             out.append(d)
