@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
+from operator import is_
 from typing import Any, overload
 
 
@@ -31,11 +33,25 @@ class Message:
     # are the same objects call after call, and so are the upstream's
     chat_form: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     chat_json: Any = field(default=None, repr=False, compare=False)  # that form's JSON (an orjson.Fragment)
+    # on a history's first message: the last upstream body's messages, as `backends.base.body_json` wrote them
+    chat_run: Any = field(default=None, repr=False, compare=False)
 
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
         return "".join(p.get("text", "") for p in self.content if p.get("type") == "text")
+
+
+def same_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """How many leading items two lists of a session's history (its items, their messages, their forms)
+    share as the very same objects. Such an object is only ever seen after the same ones: the proxy
+    takes a history's unchanged items from its last call as a prefix (proxy/history.py), and every new
+    item is a new object. So when the shorter list's last item is the other's there, so are all before
+    it, and nothing else is compared; otherwise they are compared one by one, in C."""
+    n = min(len(a), len(b))
+    if n and a[n - 1] is b[n - 1]:
+        return n
+    return len(list(takewhile(bool, map(is_, a, b))))
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage
+from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage, same_prefix
 from ...errors import InvalidUpstream
 from ..splice import SpliceIndex
 
@@ -29,18 +29,22 @@ def body_json(body: dict[str, Any], messages: list[Message]) -> bytes:
     """`orjson.dumps(body)`, without serialising a long history again on every call: the messages
     that are their request message's kept form (`message_body`), the same objects call after call,
     go in as the JSON they were serialised to once. An engine's own message dicts (splices) are
-    serialised as they come."""
+    serialised as they come. The leading messages the last call sent as the same objects are not
+    looked at one by one: that call's list is kept on the first message (`Message.chat_run`)."""
     sent = body.get("messages")
-    if not isinstance(sent, list) or len(sent) != len(messages):
+    if not isinstance(sent, list) or len(sent) != len(messages) or not messages:
         return orjson.dumps(body)
-    wire = []
-    for d, m in zip(sent, messages, strict=True):
+    last = messages[0].chat_run
+    k = min(same_prefix(messages, last[0]), same_prefix(sent, last[1])) if last is not None else 0
+    wire = last[2][:k] if k else []
+    for d, m in zip(sent[k:], messages[k:], strict=True):
         if d is not m.chat_form:
             wire.append(d)
         else:
             if m.chat_json is None:
                 m.chat_json = orjson.Fragment(orjson.dumps(d))
             wire.append(m.chat_json)
+    messages[0].chat_run = (messages, sent, wire)
     return orjson.dumps({**body, "messages": wire})
 
 

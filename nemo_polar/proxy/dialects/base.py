@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ...chat import ChatRequest, Completion, Delta
+from ...chat import ChatRequest, Completion, Delta, same_prefix
 from ...errors import PolarError, RequestInvalid, problems
 
 T = TypeVar("T")
@@ -78,6 +78,21 @@ def converted(item: Any, convert: Callable[..., T], *args: Any) -> T:
     if done is None:
         done = kept["_canonical"] = convert(item, *args)
     return done
+
+
+def converted_all(items: list[Any], convert: Callable[[Any], T]) -> list[T]:
+    """`[converted(item, convert) for item in items]`, without a step per item for the leading ones the last
+    call had: that call's items and what they converted to are kept on the first item (a session's history
+    items are its own objects, always after the same ones), and the items they share with this call are
+    found by identity, in C."""
+    if not items:
+        return []
+    kept = items[0].__pydantic_private__
+    last = kept.get("_run")
+    k = same_prefix(items, last[0]) if last is not None else 0
+    out = (last[1][:k] if k else []) + [converted(item, convert) for item in items[k:]]
+    kept["_run"] = (items, out)
+    return out
 
 
 def validate(model: type[BaseModel], body: Any) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 from ...chat import ChatRequest, Completion, Delta, Message, Tool, ToolCall
 from ...errors import ContextOverflow, PolarError, RequestInvalid, Unauthorized, UpstreamError, UpstreamTimeout
 from ..ids import new_hex
-from .base import HOLES, Dialect, StreamRenderer, Template, converted, sse, validate
+from .base import HOLES, Dialect, StreamRenderer, Template, converted_all, sse, validate
 from .wire import openai_chat as wire
 
 
@@ -67,7 +67,7 @@ class OpenAIChat(Dialect):
         stream_opts = req.stream_options or {}
         return ChatRequest(
             model=req.model,
-            messages=[converted(m, _message) for m in req.messages],
+            messages=converted_all(req.messages, _message),
             tools=[
                 Tool(t.function.name, t.function.description or "", t.function.parameters or {})
                 for t in req.tools or []
