@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread, HistoryIds, history_turn
-from nemo_polar.chat import JoinedIds, as_list
+from nemo_polar.chat import JoinedIds, as_list, same_prefix
 from nemo_polar.proxy.backends import BACKENDS
 from nemo_polar.proxy.backends.base import body_json
 from nemo_polar.proxy.dialects import DIALECTS
@@ -276,3 +276,34 @@ def test_a_long_session_whose_prompts_are_joined_is_recorded_and_spliced_as_whol
     if engine == "nemo_rl":  # each earlier turn goes back with the prompt it was sampled from
         spliced = [m for m in upstream[-1]["messages"] if "prompt_token_ids" in m]
         assert [m["prompt_token_ids"] for m in spliced] == [r.prompt_token_ids for r in recorded[:-1]]
+
+
+def test_a_history_grown_edited_and_cut_converts_and_goes_upstream_as_a_whole_parse_would():
+    """The last call's messages and upstream JSON are reused up to the first item that is not the same
+    object; whatever changed, what the dialect reads and what goes upstream are a whole parse's."""
+    rng, histories, vllm = random.Random(11), Histories(small=0), BACKENDS["vllm"]()
+    messages = history(rng, 6)
+    for step in range(40):
+        edit = rng.randrange(4)
+        if edit <= 1:
+            messages = messages + history(rng, 1)[2:]
+        elif edit == 2:
+            i = rng.randrange(len(messages))
+            messages = [*messages[:i], {**messages[i], "content": f"edited {step} ✓"}, *messages[i + 1 :]]
+        else:
+            messages = messages[: max(1, len(messages) - rng.randint(1, 3))]
+        raw = orjson.dumps({"model": "m", "messages": messages, "tools": [TOOL]})
+        parsed = histories.parse("s", CHAT, raw)
+        histories.validate(CHAT, parsed)
+        request = CHAT.parse_request(parsed.body, {}, {})
+        histories.keep("s", parsed.seen)
+        assert request.messages == parsed_fresh(raw)[1].messages
+        body = vllm.build_body(request, None, "served")
+        assert body_json(body, request.messages) == orjson.dumps(body)
+
+
+def test_same_prefix_counts_the_leading_items_that_are_the_same_objects():
+    a, b, c = {"x": 1}, {"x": 1}, {"x": 2}
+    assert same_prefix([a, b, c], [a, b]) == 2 and same_prefix([a, b], [a, b, c]) == 2
+    assert same_prefix([a, b, c], [a, {"x": 1}, {"x": 2}]) == 1  # equal is not the same: compared one by one
+    assert same_prefix([a, {"x": 1}], [a, b]) == 1 and same_prefix([b], [a]) == 0 and same_prefix([], [a]) == 0
