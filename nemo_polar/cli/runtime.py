@@ -8,7 +8,7 @@ import argparse
 def _runtime_check(args: argparse.Namespace) -> int:
     from .runtime_check import main
 
-    return main(args.runtime, args.image, args.upstream, args.only or None, args.json)
+    return main(args.runtime, args.image, args.upstream, args.only or None, args.json, args.engine, args.model)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     rcheck = runtime.add_parser("check", help="every harness configuration calls the model from inside a runtime")
     rcheck.add_argument("--runtime", default="image", help="local, docker, apptainer or image")
     rcheck.add_argument("--image", default=None, help="its image (image: a root filesystem; .deps/rootfs/bookworm)")
-    rcheck.add_argument("--upstream", default=None, help="a running vLLM's URL (default: start one on the tiny model)")
+    rcheck.add_argument("--upstream", default=None, help="a running server's URL (default: start one on the tiny model)")
+    rcheck.add_argument(
+        "--engine", default="vllm", choices=["vllm", "sglang", "nemo_rl"], help="its kind (nemo_rl: NeMo-RL's own server)"
+    )
+    rcheck.add_argument("--model", default=None, help="the name it serves (needed for nemo_rl with --upstream)")
     rcheck.add_argument("--only", action="append", default=[], help="one configuration (repeatable), e.g. pi-gemini")
     rcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
     rcheck.set_defaults(func=_runtime_check)

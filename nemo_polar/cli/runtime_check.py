@@ -7,7 +7,8 @@ One session per configuration: every registered harness (`harnesses.HARNESSES`),
 one whose settings choose it (Pi on its four), with the options its class gives the check
 (`Harness.check_options`: `shell` runs a bash one-liner, so the image needs no Python for it). A few
 at a time, each in its own sandbox of the runtime, against the proxy in front of vLLM (started on the
-tiny model unless `--upstream` names a server). A configuration ran when the proxy recorded at least
+tiny model unless `--upstream` names a server; `--engine nemo_rl`: NeMo-RL's own vLLM HTTP server, started the
+same way, `nemo_rl/server.py`). A configuration ran when the proxy recorded at least
 one answered call of its session. Afterwards no process may still run and nothing may be mounted under
 the check's folder, and every session folder must be gone; anything left is a failure.
 """
@@ -30,6 +31,7 @@ from ..errors import HarnessNotInstalled
 from ..harnesses import HARNESSES, Endpoint
 from ..harnesses.install import check_install
 from ..local.vllm_server import DEPS, VLLMServer
+from ..proxy.backends import BACKENDS
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import RUNTIMES
 from ..runtimes.spec import RuntimeSpec
@@ -65,24 +67,31 @@ def check(
     only: list[str] | None = None,
     parallel: int = 3,
     timeout_s: float = 300.0,
+    engine: str = "vllm",
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds")."""
+    """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds"). `engine`: the server's kind (the
+    proxy's upstream.engine), `model`: the name it serves (needed for one that lists none, as NeMo-RL's)."""
     configs = configurations()
     names = only or list(configs)
     unknown = sorted(set(names) - set(configs))
     if unknown:
         raise ValueError(f"unknown harness configurations {unknown}: choose from {list(configs)}")
+    backend = BACKENDS[engine]
+    if upstream_url is not None and model is None and not backend.lists_models:
+        raise ValueError(backend.no_model_name().replace("upstream.model", "--model"))
     t0 = time.monotonic()
     vllm = None
     if upstream_url is None:
         folder = Path(tempfile.mkdtemp(prefix="polar-check-vllm-"))
-        vllm = VLLMServer(port=free_port(), log_path=folder / "vllm.log")
+        vllm = _server(engine)(port=free_port(), log_path=folder / "vllm.log")
         vllm.start(300)
-        upstream_url = vllm.url
+        upstream_url, model = vllm.url, vllm.served_name
+    upstream = {"url": upstream_url, "engine": engine, "model": model, "timeout_s": 300}
     try:
         with tempfile.TemporaryDirectory(prefix="polar-check-") as tmp:
             out = asyncio.run(
-                _check_all(spec, upstream_url, [(n, configs[n]) for n in names], Path(tmp), parallel, timeout_s)
+                _check_all(spec, upstream, [(n, configs[n]) for n in names], Path(tmp), parallel, timeout_s)
             )
     finally:
         if vllm is not None:
@@ -92,9 +101,19 @@ def check(
     return out | {"seconds": round(time.monotonic() - t0, 1)}
 
 
+def _server(engine: str) -> type[VLLMServer]:
+    if engine == "nemo_rl":
+        from ..nemo_rl.server import NemoRLServer
+
+        return NemoRLServer
+    if engine != "vllm":
+        raise ValueError(f"engine={engine}: the check starts vllm or nemo_rl; name another's server with --upstream")
+    return VLLMServer
+
+
 async def _check_all(
     spec: RuntimeSpec,
-    upstream_url: str,
+    upstream: dict[str, Any],
     configs: list[tuple[str, dict[str, Any]]],
     root: Path,
     parallel: int,
@@ -105,7 +124,7 @@ async def _check_all(
             "port": 0,
             "store": {"path": str(root / "records.sqlite")},
             "limits": {"max_tokens": 64},
-            "upstream": {"url": upstream_url, "engine": "vllm", "timeout_s": 300},
+            "upstream": upstream,
         }
     )
     gate = asyncio.Semaphore(parallel)
@@ -194,8 +213,16 @@ def leftovers(root: Path, pids: list[int]) -> list[dict[str, Any]]:
     return found
 
 
-def main(kind: str, image: str | None, upstream: str | None, only: list[str] | None, as_json: bool) -> int:
-    result = check(runtime_spec(kind, image), upstream, only)
+def main(
+    kind: str,
+    image: str | None,
+    upstream: str | None,
+    only: list[str] | None,
+    as_json: bool,
+    engine: str = "vllm",
+    model: str | None = None,
+) -> int:
+    result = check(runtime_spec(kind, image), upstream, only, engine=engine, model=model)
     if as_json:
         print(json.dumps({k: result[k] for k in ("harnesses", "ran", "failures")}))
     else:

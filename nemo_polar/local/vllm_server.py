@@ -40,6 +40,9 @@ class VLLMServer:
     process: subprocess.Popen | None = None
     cache: str | None = None  # VLLM_CACHE_ROOT: this server's own, removed when it stops
 
+    what = "vLLM"  # in messages
+    setup_part = "vllm"  # what builds its environment: scripts/setup.sh <part>
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
@@ -76,23 +79,27 @@ class VLLMServer:
             *self.extra_args,
         ]
 
-    def start(self, timeout_s: float = 300.0) -> VLLMServer:
-        if not self.python.exists():
-            raise FileNotFoundError(f"{self.python} missing: run scripts/setup.sh")
-        if not (self.model / "config.json").exists():
-            raise FileNotFoundError(f"no model in {self.model}: run scripts/setup.sh (or polar model build)")
-        self.cache = tempfile.mkdtemp(prefix="polar-vllm-cache-")
-        env = (
-            os.environ
+    def environment(self, cache: str) -> dict[str, str]:
+        """The server's environment: offline, a KV cache that fits this machine, its own compile cache."""
+        return (
+            dict(os.environ)
             | {
                 "HF_HUB_OFFLINE": "1",
                 "VLLM_NO_USAGE_STATS": "1",
                 "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CACHE_ROOT": self.cache,
+                "VLLM_CACHE_ROOT": cache,
                 "TOKENIZERS_PARALLELISM": "false",
             }
             | ({"VLLM_SERVER_DEV_MODE": "1"} if self.dev_mode else {})
         )
+
+    def start(self, timeout_s: float = 300.0) -> VLLMServer:
+        if not self.python.exists():
+            raise FileNotFoundError(f"{self.python} missing: run scripts/setup.sh {self.setup_part}")
+        if not (self.model / "config.json").exists():
+            raise FileNotFoundError(f"no model in {self.model}: run scripts/setup.sh (or polar model build)")
+        self.cache = tempfile.mkdtemp(prefix="polar-vllm-cache-")
+        env = self.environment(self.cache)
         if self.log_path:
             Path(self.log_path).parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
@@ -111,12 +118,12 @@ class VLLMServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode}; log: {self.log_path}")
+                raise RuntimeError(f"{self.what} exited with {self.process.returncode}; log: {self.log_path}")
             if healthy(self.url):
                 return
             time.sleep(1.0)
         self.stop()
-        raise TimeoutError(f"vLLM not ready after {timeout_s:.0f}s; log: {self.log_path}")
+        raise TimeoutError(f"{self.what} not ready after {timeout_s:.0f}s; log: {self.log_path}")
 
     def stop(self) -> None:
         if self.process is not None:

@@ -109,7 +109,8 @@ class NemoRL(Commands):
         target = self.dir / ".git" / ref[5:]
         return target.read_text().strip() if target.is_file() else None
 
-    def _env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
+        """What a process running NeMo-RL's code needs: the checkout on its path, nothing sent home."""
         return os.environ | {
             "NEMO_RL_DIR": str(self.dir),
             "PYTHONPATH": os.pathsep.join(p for p in (str(self.dir), os.environ.get("PYTHONPATH")) if p),
@@ -126,7 +127,7 @@ class NemoRL(Commands):
             input=json.dumps(payload),
             capture_output=True,
             text=True,
-            env=self._env(),
+            env=self.env(),
             timeout=timeout_s,
             check=False,
         )
@@ -164,7 +165,7 @@ class Served(Commands):
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            env=self.nemo_rl._env(),
+            env=self.nemo_rl.env(),
             start_new_session=True,
         )
         return self

@@ -25,7 +25,7 @@ from starlette.types import Receive
 
 from ..config import LimitsConfig
 from ..control import json_depth
-from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized
+from ..errors import BodyTooLarge, PolarError, RequestInvalid, Unauthorized, UpstreamError
 from ..records import Session
 from .backends import Backend
 from .call import Call
@@ -162,6 +162,8 @@ class CallPipeline:
         url = base_url(session.upstream_url) if session.upstream_url else info.url
         model = session.upstream_model or (info.model if url == info.url else None)
         if not model:
+            if not self.backend.lists_models:
+                raise UpstreamError(f"{self.backend.no_model_name()}, or open the session with upstream_model")
             model = await self.upstream.served_model(url)
         call.target = self.targets.get(url, model)
         try:

@@ -143,9 +143,10 @@ def test_a_production_recipe_runs_on_one_node_up_to_the_driver(slurm_cluster, tm
     print(f"driver launched {_driver_at(logs)} s into the job; launch to job end {seconds:.0f} s; {job}")
 
 
-# polar learn as the job's driver: NeMo-RL's loss (found here), the test_learn settings, stopped once two steps in
-# a row leave no group any signal (every answer rewarded)
-LEARN = ["steps=14", "prompts=6", "samples=8", "lr=6e-3", "solved_after=2"]
+# polar learn as the job's driver, NeMo-RL's loss (found here), for a few small steps: what is tested here is the
+# job (sessions on both nodes, weights reloaded under the pause of both); that the reward rises is test_learn's
+PROMPTS, SAMPLES, STEPS = 4, 4, 3
+LEARN = [f"steps={STEPS}", f"prompts={PROMPTS}", f"samples={SAMPLES}", "lr=6e-3", "solved_after=null"]
 
 
 @requires_nemo_rl
@@ -164,12 +165,12 @@ def test_polar_learn_as_the_driver_trains_on_rollouts_from_both_nodes(slurm_clus
     driver = (Path(job["log_dir"]) / "ray-driver.log").read_text()
     assert (job["job_state"], job["exit_code"], done.returncode) == ("COMPLETED", "0:0", 0), driver[-3000:]
     learn = job["learn"]
-    assert learn["reward_first"] <= 0.3 and learn["reward_last"] >= 0.9, [h["reward"] for h in learn["history"]]
-    assert learn["max_logprob_err"] <= 1e-4 and learn["loss"] == "nemo_rl"
+    # vLLM served, at every step, the weights torch trained the step before: the reloads reached it
+    assert learn["steps"] == STEPS and learn["max_logprob_err"] <= 1e-4 and learn["loss"] == "nemo_rl"
     n1, n2 = slurm_cluster2.names
     by_node = learn["sessions_by_node"]
     assert set(by_node) == {n1, n2} and min(by_node.values()) > 0, by_node
-    assert sum(by_node.values()) == 6 * 8 * learn["steps"]
+    assert sum(by_node.values()) == PROMPTS * SAMPLES * STEPS
     # every call of step k ran under policy version k, read from both nodes' record stores
     assert [h["policy_versions"] for h in learn["history"]] == [[str(k)] for k in range(learn["steps"])]
     assert _registered(store) == {n1: f"http://{n1}:6000", n2: f"http://{n2}:6000"}
@@ -213,7 +214,8 @@ def test_a_node_lost_then_scancel_loses_no_result_trains_no_lost_session_and_lea
     env = _launch_env(tmp_path, lossy_cluster)
     done = subprocess.run(
         [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--learn", "--json",
-         "polar.container=nemo-polar:test", f"run_dir={run_dir}", f"topology.store_dir={store}", "steps=50"],
+         "polar.container=nemo-polar:test", f"run_dir={run_dir}", f"topology.store_dir={store}", "steps=50",
+         f"prompts={PROMPTS}", f"samples={SAMPLES}"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     job_id = json.loads(done.stdout)["job_id"]
@@ -242,7 +244,7 @@ def test_a_node_lost_then_scancel_loses_no_result_trains_no_lost_session_and_lea
     lossy_cluster.client("scontrol", "update", f"nodename={n2}", "state=down", "reason=lost")
     assert follow(job_id, poll_s=1, say=print).state == "CANCELLED"
     after = _sessions(store, FINAL)
-    assert {sid: after.get(sid) for sid in before} == before and len(after) < 6 * 8 * 50
+    assert {sid: after.get(sid) for sid in before} == before and len(after) < PROMPTS * SAMPLES * 50
     for records in (store / "nodes").glob("*/records.sqlite"):  # each node's record store checks out too
         with closing(sqlite3.connect(f"file:{records}?mode=ro", uri=True)) as db:
             assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)

@@ -74,6 +74,15 @@ class Backend:
     engine = "openai"
     streams = True  # False: the engine is always called without streaming
     splices = False  # True: the engine takes earlier turns' tokens back (build_body gets a SpliceIndex)
+    lists_models = True  # False: the server has no /v1/models, so the model's name must be given
+
+    @classmethod
+    def no_model_name(cls) -> str:
+        """Why a call to this engine's server has no model name (where `lists_models` is False)."""
+        return (
+            f"upstream.engine={cls.engine}: the server lists no models (no /v1/models) and none was named: set "
+            "upstream.model to the name it serves the policy under (NeMo-RL: policy.model_name)"
+        )
 
     def __init__(self, sampling: dict[str, Any] | None = None):
         self.sampling = dict(sampling or {})  # pinned sampling fields, override the harness

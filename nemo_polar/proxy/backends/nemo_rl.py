@@ -22,6 +22,7 @@ TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_prob
 class NemoRLBackend(Backend):
     engine = "nemo_rl"
     streams = False  # the server answers whole turns; the proxy still streams to the harness
+    lists_models = False  # no /v1/models: the name comes from configuration or the session
     splices = True
 
     def __init__(self, sampling: dict[str, Any] | None = None):

@@ -1,0 +1,55 @@
+"""NeMo-RL's own vLLM HTTP server on a model folder, started, checked and stopped as our own vLLM is
+(`local/vllm_server.py`): in its own process group, from NeMo-RL's vLLM environment (`scripts/setup.sh
+nemo_rl_vllm`: the vLLM NeMo-RL pins), running `http_server.py` over the checkout `locate()` found."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..local.vllm_server import DEPS, VLLMServer
+from .locate import NemoRL, locate
+
+NEMO_RL_VLLM_PYTHON = DEPS / "nemo_rl_vllm" / "bin" / "python"
+SCRIPT = Path(__file__).with_name("http_server.py")
+
+
+@dataclass
+class NemoRLServer(VLLMServer):
+    """The server NeMo-RL's generation worker exposes to Gym agents. It asserts every request's (temperature,
+    top_p) against `sampling` (its train pair; `val_temperature`/`val_top_p` its validation pair, else the
+    same), lists no models and does not stream; it reloads weights in place like vLLM's dev mode."""
+
+    python: Path = NEMO_RL_VLLM_PYTHON
+    sampling: dict[str, Any] = field(default_factory=dict)
+    nemo_rl: NemoRL | None = None  # None: locate() at start
+    what = "NeMo-RL's vLLM server"
+    setup_part = "nemo_rl_vllm"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.python),
+            str(SCRIPT),
+            "--model",
+            str(self.model),
+            "--served-model-name",
+            self.served_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--max-model-len",
+            str(self.max_model_len),
+            "--sampling",
+            json.dumps(self.sampling),
+            *self.extra_args,
+        ]
+
+    def environment(self, cache: str) -> dict[str, str]:
+        if self.nemo_rl is None:
+            self.nemo_rl = locate()
+        return super().environment(cache) | self.nemo_rl.env()
