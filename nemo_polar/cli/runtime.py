@@ -16,9 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     rcheck = runtime.add_parser("check", help="every harness configuration calls the model from inside a runtime")
     rcheck.add_argument("--runtime", default="image", help="local, docker, apptainer or image")
     rcheck.add_argument("--image", default=None, help="its image (image: a root filesystem; .deps/rootfs/bookworm)")
-    rcheck.add_argument("--upstream", default=None, help="a running server's URL (default: start one on the tiny model)")
+    rcheck.add_argument("--upstream", default=None, help="a running server's URL (default: start one)")
     rcheck.add_argument(
-        "--engine", default="vllm", choices=["vllm", "sglang", "nemo_rl"], help="its kind (nemo_rl: NeMo-RL's own server)"
+        "--engine", default="vllm", choices=["vllm", "sglang", "nemo_rl"], help="its kind (nemo_rl: NeMo-RL's server)"
     )
     rcheck.add_argument("--model", default=None, help="the name it serves (needed for nemo_rl with --upstream)")
     rcheck.add_argument("--only", action="append", default=[], help="one configuration (repeatable), e.g. pi-gemini")

@@ -30,7 +30,8 @@ from ..contracts import HarnessSpec
 from ..errors import HarnessNotInstalled
 from ..harnesses import HARNESSES, Endpoint
 from ..harnesses.install import check_install
-from ..local.vllm_server import DEPS, VLLMServer
+from ..local.vllm_server import DEPS
+from ..nemo_rl.server import local_server
 from ..proxy.backends import BACKENDS
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import RUNTIMES
@@ -84,7 +85,7 @@ def check(
     vllm = None
     if upstream_url is None:
         folder = Path(tempfile.mkdtemp(prefix="polar-check-vllm-"))
-        vllm = _server(engine)(port=free_port(), log_path=folder / "vllm.log")
+        vllm = local_server(engine, port=free_port(), log_path=folder / "vllm.log")
         vllm.start(300)
         upstream_url, model = vllm.url, vllm.served_name
     upstream = {"url": upstream_url, "engine": engine, "model": model, "timeout_s": 300}
@@ -99,16 +100,6 @@ def check(
     if vllm is not None:  # its log is kept only where an error names it
         shutil.rmtree(folder, ignore_errors=True)
     return out | {"seconds": round(time.monotonic() - t0, 1)}
-
-
-def _server(engine: str) -> type[VLLMServer]:
-    if engine == "nemo_rl":
-        from ..nemo_rl.server import NemoRLServer
-
-        return NemoRLServer
-    if engine != "vllm":
-        raise ValueError(f"engine={engine}: the check starts vllm or nemo_rl; name another's server with --upstream")
-    return VLLMServer
 
 
 async def _check_all(

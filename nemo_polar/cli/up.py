@@ -24,8 +24,9 @@ from rich.table import Table
 
 from ..config import ProxyConfig, Strict
 from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
-from ..local.vllm_server import VLLMServer
+from ..nemo_rl.server import local_server
 from ..proxy.app import Proxy
+from ..proxy.backends import BACKENDS
 from ..proxy.serve import free_port
 from ..server.client import RolloutAPI
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
@@ -172,17 +173,25 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
         built = cfg.dataset.model_copy(update={"path": str(build(run_dir / "tasks"))})
         cfg = cfg.model_copy(update={"dataset": built})
     specs = tasks(cfg, run_dir)
-    vllm = VLLMServer(model=Path(cfg.vllm.model), port=cfg.vllm.port, log_path=run_dir / "vllm.log")
+    proxy_cfg = cfg.proxy
+    engine = proxy_cfg.upstream.engine  # backend=nemo_rl: NeMo-RL's own server, over the vLLM it pins
+    vllm = None
     try:
-        proxy_cfg = cfg.proxy
         if cfg.vllm.start:
-            with console.status(f"starting vLLM on {cfg.vllm.model} (about a minute on CPU)"):
+            vllm = local_server(
+                engine, proxy_cfg.upstream.sampling, model=Path(cfg.vllm.model), port=cfg.vllm.port,
+                log_path=run_dir / "vllm.log",
+            )  # fmt: skip
+            with console.status(f"starting {vllm.what} on {cfg.vllm.model} (about a minute on CPU)"):
                 vllm.start(cfg.vllm.timeout_s)
-            upstream = proxy_cfg.upstream.model_copy(update={"url": vllm.url})  # the name: from /v1/models
+            # the name: from /v1/models, where the server lists one
+            named = {} if BACKENDS[engine].lists_models else {"model": proxy_cfg.upstream.model or vllm.served_name}
+            upstream = proxy_cfg.upstream.model_copy(update={"url": vllm.url} | named)
             proxy_cfg = proxy_cfg.model_copy(update={"upstream": upstream})
         summary = _run(cfg, specs, proxy_cfg, run_dir, console)
     finally:
-        vllm.stop()
+        if vllm is not None:
+            vllm.stop()
     console.print(_table(summary))
     console.print(f"run folder: {run_dir}")
     return summary

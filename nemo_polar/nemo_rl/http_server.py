@@ -12,8 +12,6 @@ cluster. It lists no models (`/v1/models`), as NeMo-RL's does not.
 Standard library, vLLM and NeMo-RL only: it runs in their environment, not ours.
 """
 
-from __future__ import annotations
-
 import argparse
 import asyncio
 import json
@@ -85,10 +83,9 @@ def _our_routes(app, llm) -> None:
 async def _serve(args: argparse.Namespace) -> None:
     import uvicorn
     from fastapi import FastAPI
+    from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
-
-    from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
 
     engine_args = AsyncEngineArgs(
         model=args.model,

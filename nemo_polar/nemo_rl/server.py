@@ -53,3 +53,13 @@ class NemoRLServer(VLLMServer):
         if self.nemo_rl is None:
             self.nemo_rl = locate()
         return super().environment(cache) | self.nemo_rl.env()
+
+
+def local_server(engine: str, sampling: dict[str, Any] | None = None, **options: Any) -> VLLMServer:
+    """The server this machine starts for the proxy's `upstream.engine`: vLLM, or NeMo-RL's over its pinned vLLM
+    (asserting `sampling`, the pair the proxy pins)."""
+    if engine == "nemo_rl":
+        return NemoRLServer(sampling=dict(sampling or {}), **options)
+    if engine != "vllm":
+        raise ValueError(f"upstream.engine={engine}: this machine starts vllm or nemo_rl; name a running server's URL")
+    return VLLMServer(**options)

@@ -192,7 +192,9 @@ class CallPipeline:
     async def failed(self, call: Call, exc: Exception) -> Response:
         """A call that failed once admitted: recorded with its status, answered in its dialect. What
         is not a `PolarError` is a bug of ours: a 500."""
-        if isinstance(exc, PolarError):
+        if isinstance(exc, UpstreamError):
+            err = self.backend.explain(exc, call.upstream_body)
+        elif isinstance(exc, PolarError):
             err = exc
         else:
             log.exception("call %s/%d failed", call.session.id, call.seq)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage, same_prefix
-from ...errors import InvalidUpstream
+from ...errors import InvalidUpstream, UpstreamError
 from ..splice import SpliceIndex
 
 
@@ -75,6 +75,10 @@ class Backend:
     streams = True  # False: the engine is always called without streaming
     splices = False  # True: the engine takes earlier turns' tokens back (build_body gets a SpliceIndex)
     lists_models = True  # False: the server has no /v1/models, so the model's name must be given
+
+    def explain(self, error: UpstreamError, body: dict[str, Any] | None) -> UpstreamError:
+        """The server's failure of the call that sent `body`, with what this engine knows of its causes."""
+        return error
 
     @classmethod
     def no_model_name(cls) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...chat import ChatRequest, as_list
+from ...errors import UpstreamError
 from ..splice import SpliceIndex
 from .base import Backend, message_body
 
@@ -38,6 +39,18 @@ class NemoRLBackend(Backend):
         body = super().build_body(req, splices, model)
         body.pop("top_k", None)
         return body
+
+    def explain(self, error: UpstreamError, body: dict[str, Any] | None) -> UpstreamError:
+        # the server's checks are assertions: a request they refuse is a bare HTTP 500
+        if not str(error).startswith("upstream failed with HTTP 500") or body is None:
+            return error
+        sent = f"temperature={body.get('temperature')}, top_p={body.get('top_p')}"
+        return UpstreamError(
+            f"{error}. NeMo-RL's server fails every request whose (temperature, top_p) is neither its train nor "
+            f"its validation pair (policy.generation), or that sets top_k; this proxy sent {sent} "
+            "(upstream.sampling: keep it equal to the recipe's)",
+            status_code=error.status_code,
+        )
 
     def messages(self, req: ChatRequest, splices: SpliceIndex | None) -> list[dict[str, Any]]:
         out = []
