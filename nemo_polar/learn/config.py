@@ -44,6 +44,11 @@ class LearnConfig(Strict):
     runtime: RuntimeSpec = RuntimeSpec()
     model: str = str(TINY_MODEL)
     capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
+    serving: Literal["vllm", "nemo_rl"] = Field(
+        "vllm",
+        description="what serves the policy: vLLM, or NeMo-RL's own vLLM HTTP server (its generation worker's, over "
+        "the vLLM it pins: scripts/setup.sh nemo_rl_vllm), with a rollout server of this run's own",
+    )
     nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
     update: Literal["auto", "polar", "nemo_rl"] = Field(
         "auto",

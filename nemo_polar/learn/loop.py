@@ -40,6 +40,7 @@ from ..config import ProxyConfig
 from ..contracts import EvaluatorSpec, TaskSpec
 from ..errors import ConfigError
 from ..local.vllm_server import ROOT, VLLMServer
+from ..nemo_rl.server import local_server
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
 from ..records import CompletionRecord
@@ -58,10 +59,14 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     policy_dir = run_dir / "policy"
     shutil.copytree(cfg.model, policy_dir)  # the weights vLLM serves and each step overwrites
     started = time.monotonic()
-    vllm = VLLMServer(model=policy_dir, port=free_port(), served_name=SERVED_NAME, host=cfg.serve_host, dev_mode=True)
-    vllm.log_path = run_dir / "vllm.log"
+    if cfg.serving == "nemo_rl" and cfg.rollout_url is not None:  # the job's gateways are set for vLLM
+        raise ConfigError("serving=nemo_rl runs with a rollout server of its own (rollout_url: null)")
+    vllm = local_server(
+        cfg.serving, SAMPLING, model=policy_dir, port=free_port(), served_name=SERVED_NAME, host=cfg.serve_host,
+        dev_mode=True, log_path=run_dir / "vllm.log",
+    )  # fmt: skip
     with _nemo_rl(cfg, console) as nemo_rl:  # its imports run while vLLM starts
-        with console.status("starting vLLM (about 40 s on CPU)"):
+        with console.status(f"starting {vllm.what} (about a minute on CPU)"):
             vllm.start()
         try:
             # a launch's nodes are up already, their proxies configured with SAMPLING and FIRST_VERSION
@@ -131,7 +136,13 @@ class _system:  # noqa: N801
                 {
                     "port": port,
                     "store": {"path": str(run_dir / "records.sqlite")},
-                    "upstream": {"url": vllm.url, "sampling": SAMPLING, "policy_version": FIRST_VERSION},
+                    "upstream": {
+                        "url": vllm.url,
+                        "engine": cfg.serving,
+                        "model": SERVED_NAME,
+                        "sampling": SAMPLING,
+                        "policy_version": FIRST_VERSION,
+                    },
                 }
             )
         )
@@ -240,7 +251,7 @@ async def _steps(
                 recent = history[-cfg.solved_after :] if cfg.solved_after else []
                 if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
                     break  # nothing left to learn: in every group all samples agree
-    return _summary(history, nemo_rl)
+    return _summary(history, nemo_rl, cfg.serving)
 
 
 async def _step(
@@ -285,7 +296,7 @@ async def _step(
     return row
 
 
-def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts) -> dict[str, Any]:
+def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts, serving: str) -> dict[str, Any]:
     rewards = [h["reward"] for h in history if h["reward"] is not None]
     return {
         "steps": len(history),
@@ -293,7 +304,7 @@ def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts) -> dict[str, 
         "reward_last": rewards[-1] if rewards else None,
         "max_logprob_err": max(h["logprob_err"] for h in history),
         # whose code did each part: NeMo-RL's own, or ours
-        "serving": "vllm",
+        "serving": serving,
         "post_processing": "nemo_rl" if nemo_rl.commands is not None else "polar",
         "loss": "nemo_rl" if nemo_rl.recipe is not None else "polar",
         "update_s": round(sum(h["update_s"] for h in history), 2),

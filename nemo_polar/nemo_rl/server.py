@@ -52,7 +52,8 @@ class NemoRLServer(VLLMServer):
     def environment(self, cache: str) -> dict[str, str]:
         if self.nemo_rl is None:
             self.nemo_rl = locate()
-        return super().environment(cache) | self.nemo_rl.env()
+        # as NeMo-RL's generation worker sets it (vllm_worker.py): the engine in the server's own process
+        return super().environment(cache) | self.nemo_rl.env() | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
 def local_server(engine: str, sampling: dict[str, Any] | None = None, **options: Any) -> VLLMServer:

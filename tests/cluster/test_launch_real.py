@@ -166,7 +166,8 @@ def test_polar_learn_as_the_driver_trains_on_rollouts_from_both_nodes(slurm_clus
     assert (job["job_state"], job["exit_code"], done.returncode) == ("COMPLETED", "0:0", 0), driver[-3000:]
     learn = job["learn"]
     # vLLM served, at every step, the weights torch trained the step before: the reloads reached it
-    assert learn["steps"] == STEPS and learn["max_logprob_err"] <= 1e-4 and learn["loss"] == "nemo_rl"
+    assert learn["steps"] == STEPS and learn["max_logprob_err"] <= 1e-4
+    assert (learn["serving"], learn["loss"]) == ("vllm", "nemo_rl")
     n1, n2 = slurm_cluster2.names
     by_node = learn["sessions_by_node"]
     assert set(by_node) == {n1, n2} and min(by_node.values()) > 0, by_node
