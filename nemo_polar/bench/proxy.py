@@ -63,7 +63,7 @@ def spawn(args: list[str], health: str) -> subprocess.Popen:
             return proc
         except OSError:
             time.sleep(0.1)
-    stop_group(proc.pid)
+    stop_group(proc)
     raise TimeoutError(f"{args} did not start")
 
 
@@ -75,7 +75,7 @@ def children(grace_s: float = 5.0) -> Iterator[list[subprocess.Popen]]:
         yield procs
     finally:
         for p in procs:
-            stop_group(p.pid, grace_s=grace_s)
+            stop_group(p, grace_s=grace_s)
 
 
 def _pct(values: list[float], q: float) -> float:

@@ -139,5 +139,5 @@ def sidecar(cfg: LaunchConfig) -> int:
     finally:
         for p in procs:
             if p.poll() is None:
-                stop_group(p.pid)
+                stop_group(p)
     return next((p.returncode for p in procs if p.returncode), 0)

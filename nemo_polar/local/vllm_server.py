@@ -127,7 +127,7 @@ class VLLMServer:
 
     def stop(self) -> None:
         if self.process is not None:
-            stop_group(self.process.pid)
+            stop_group(self.process)
             self.process.wait(30)
             self.process = None
         if self.cache is not None:
@@ -165,14 +165,20 @@ def healthy(url: str) -> bool:
         return False
 
 
-def stop_group(pgid: int, grace_s: float = 15.0) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left after `grace_s`."""
+def stop_group(target: int | subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the process group (a process group id, or our child that leads one), then SIGKILL whatever is left
+    after `grace_s`. A child of ours is reaped as it exits: unreaped, its zombie keeps the group alive for
+    `killpg` and every stop took the whole grace."""
+    child = target if isinstance(target, subprocess.Popen) else None
+    pgid = child.pid if child is not None else int(target)
     try:
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
+        if child is not None:
+            child.poll()
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:

@@ -164,7 +164,7 @@ def gym_env(request, polar_stack, tmp_path_factory) -> Iterator[GymEnv]:
         _wait_ready(proc, log, timeout_s=900)
         yield GymEnv(version, tmp, env, ["--config", AGENT_CONFIG, *overrides], venvs, log)
     finally:
-        stop_group(proc.pid, grace_s=30)
+        stop_group(proc, grace_s=30)
         proc.wait(30)
         shutil.rmtree(venvs, ignore_errors=True)  # a GB per version: gone before the next version builds its own
 
