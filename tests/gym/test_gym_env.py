@@ -165,7 +165,8 @@ def test_the_nemo_rl_backend_pins_the_sampling_pair(tmp_path):
     )
     with FakeUpstreamThread(engine="nemo_rl") as fake:
         pinned = {"temperature": 0.6, "top_p": 0.95}
-        upstream = {"url": fake.url, "engine": "nemo_rl", "sampling": pinned}
+        # NeMo-RL's server lists no model: its name is configured (on a cluster, NeMo-RL's policy_model_name)
+        upstream = {"url": fake.url, "engine": "nemo_rl", "model": fake.fake.served_model, "sampling": pinned}
         stack = start_stack(tmp_path, upstream, node_id="nemo-rl-node")
         try:
             row = {
@@ -177,7 +178,7 @@ def test_the_nemo_rl_backend_pins_the_sampling_pair(tmp_path):
             stop_stack(*stack)
         sent = list(fake.fake.requests)
     assert sent and all((r["temperature"], r["top_p"]) == (0.6, 0.95) and "top_k" not in r for r in sent)
-    assert sent[0]["model"] == fake.fake.served_model  # the name the server lists, never a local default
+    assert sent[0]["model"] == fake.fake.served_model  # the name the server serves, never a local default
     assert result["mask_sample"] is False, result["failure_reason"]
     generated = [i for i in result["response"]["output"] if i.get("generation_token_ids")]
     assert generated and all(len(i["generation_log_probs"]) == len(i["generation_token_ids"]) for i in generated)

@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from nemo_polar.bench.fake_upstream import FakeUpstreamThread
+from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
 from tests.conftest import make_proxy, records
 
 
@@ -31,7 +31,8 @@ def test_sglang_token_fields(tmp_path, stream):
 
 
 def test_nemo_rl_pins_sampling_and_splices_earlier_turns(tmp_path):
-    pinned = {"engine": "nemo_rl", "sampling": {"temperature": 0.7, "top_p": 0.95}}
+    # NeMo-RL's server lists no model: the name comes from configuration
+    pinned = {"engine": "nemo_rl", "model": SERVED_MODEL, "sampling": {"temperature": 0.7, "top_p": 0.95}}
     with FakeUpstreamThread(engine="nemo_rl") as up, make_proxy(up.url, tmp_path, upstream=pinned) as p:
         client, _ = _client(p)
         tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]

@@ -254,7 +254,7 @@ def test_a_long_session_whose_prompts_are_joined_is_recorded_and_spliced_as_whol
     the turns NeMo-RL's server takes back carry their prompt as a JSON list."""
     with (
         FakeUpstreamThread(history=True, engine=engine) as up,
-        make_proxy(up.url, tmp_path, upstream={"engine": engine}) as proxy,
+        make_proxy(up.url, tmp_path, upstream={"engine": engine, "model": up.fake.served_model}) as proxy,
     ):
         proxy.proxy.sessions.prompt_ids = reader = PromptIds(small=0)
         session = proxy.proxy.sessions.open()
