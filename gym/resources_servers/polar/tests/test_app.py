@@ -84,9 +84,10 @@ def done(status="completed", reward=1.0, masked=False, error=None):
 
 def test_verify_returns_the_evaluator_reward():
     client = TestClient(server({"t1": done(reward=0.75)}).setup_webserver())
-    out = client.post("/verify", json=verify_body("t1")).json()
+    body = verify_body("t1")  # one body: its response's created_at is the second it was made
+    out = client.post("/verify", json=body).json()
     assert out["reward"] == 0.75 and out["mask_sample"] is False and out["reward_components"] == {"a": 0.25, "b": 0.5}
-    assert client.post("/verify", json=verify_body("t1")).json() == out  # verifying twice: the same answer
+    assert client.post("/verify", json=body).json() == out  # verifying twice: the same answer
 
 
 def test_verify_masks_infrastructure_failures():
