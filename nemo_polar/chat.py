@@ -33,7 +33,7 @@ class Message:
     # are the same objects call after call, and so are the upstream's
     chat_form: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     chat_json: Any = field(default=None, repr=False, compare=False)  # that form's JSON (an orjson.Fragment)
-    # on a history's first message: the last upstream body's messages, as `backends.base.body_json` wrote them
+    # on a history's first message: the last upstream body's message forms and their JSON (`backends.base.body_json`)
     chat_run: Any = field(default=None, repr=False, compare=False)
 
     def text(self) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError, problems
+from .session_cache import DEFAULT_LIMIT
 
 CONF_DIR = Path(os.environ.get("POLAR_CONF_DIR", Path(__file__).resolve().parent.parent / "conf"))
 
@@ -55,6 +56,12 @@ class LimitsConfig(Strict):
         100, gt=0, le=200, description="JSON nesting a request may have (tool schemas nest; records store up to 254)"
     )
     max_tokens: int | None = Field(None, gt=0, description="cap on each call's output tokens")
+    session_cache_bytes: int = Field(
+        DEFAULT_LIMIT,
+        gt=0,
+        description="what open sessions' last histories, prompt ids and records may hold, to make their next "
+        "calls cheap (least recently used dropped first; closed sessions' at once)",
+    )
 
 
 class ProxyConfig(Strict):

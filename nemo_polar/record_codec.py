@@ -29,9 +29,9 @@ import struct
 import threading
 import zlib
 from array import array
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -39,6 +39,7 @@ import orjson
 from .chat import as_list
 from .errors import PolarError
 from .records import CompletionRecord
+from .session_cache import SessionCache, ids_bytes
 
 # Every key the proxy mints (proxy/sessions.new_key): redacted from stored bytes wherever it appears
 KEY_PATTERN = re.compile(rb"sk-polar-[A-Za-z0-9_-]{32}")
@@ -50,7 +51,7 @@ _PART_MIN_BYTES = 256  # a non-list value this long is a part: the same instruct
 _COMPRESS_MIN_BYTES = 512  # below this, zlib's header and a call's time cost more than it saves
 SHORT_PROMPT = 512  # ids: a call this short is stored whole
 _RECENT = 4  # earlier calls a prompt is compared with: the chain's last, and a sub-agent's or a retry's
-_SESSIONS = 256  # sessions whose last record is kept for the next one to refer to (least recent dropped)
+_PART = "records"  # in the session cache: what a session's last records left for its next one to refer to
 _HEADER = struct.Struct("<BIII")  # flags, tail, sampled ids, logprobs
 _ZLIB, _WIDE = 1, 2  # flags: the arrays are compressed; ids are int64 (one did not fit int32)
 
@@ -97,8 +98,17 @@ class _Memory:
 @dataclass
 class _Session:
     last: _Memory | None = None
-    recent: deque[_Memory] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    recent: deque[_Memory] = field(default_factory=lambda: deque(maxlen=_RECENT))  # their ids only
     parts: set[bytes] = field(default_factory=set)
+
+    def size(self) -> int:
+        """The bytes it holds, for the session cache: the last record's lists as JSON, its prompt's ids
+        (the recent ones are mostly the same ids: `chat.JoinedIds`), and a set slot per part's hash."""
+        last = self.last
+        held = 80 * len(self.parts)
+        if last is not None:
+            held += sum(len(v.joined) + 8 * len(v.lengths) for v in last.lists.values()) + ids_bytes(len(last.prompt))
+        return held + sum(ids_bytes(len(m.sampled)) for m in self.recent)
 
 
 class Encoder:
@@ -106,9 +116,8 @@ class Encoder:
     in the same transaction (`along`). Thread-safe: the event loop and the store's writer thread both
     encode; `committed` is called once an encoding is in the store."""
 
-    def __init__(self, sessions: int = _SESSIONS):
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._limit = sessions
+    def __init__(self, cache: SessionCache | None = None):
+        self._cache = cache if cache is not None else SessionCache()
         self._lock = threading.Lock()
 
     def bodies(
@@ -119,7 +128,7 @@ class Encoder:
         whose `native_request` and `upstream_request` are these very objects. `after`: a record of the
         same transaction to refer to rather than the last committed one."""
         with self._lock:
-            state = self._sessions.get(session_id)
+            state = self._cache.get(_PART, session_id)
             last, known = (state.last, state.parts) if state is not None else (None, set())
         last = after or last
         lists: dict[tuple[str, str], _List] = {}
@@ -153,7 +162,7 @@ class Encoder:
         if bodies is None or bodies.record_id != record.id or made_for[0] is not native or made_for[1] is not upstream:
             bodies = self.bodies(record.session_id, record.id, native, upstream, mine[-1] if mine else None)
         with self._lock:
-            state = self._sessions.get(record.session_id)
+            state = self._cache.get(_PART, record.session_id)
             recent = (list(state.recent) if state is not None else []) + mine[-_RECENT:]
         doc = record.__pydantic_serializer__.to_python(record, mode="json", exclude=set(BODIES) | set(TOKENS))
         doc.update(bodies.entries)
@@ -171,15 +180,11 @@ class Encoder:
         with self._lock:
             state = self._session(session_id)
             state.parts.update(digests)
+            self._cache.put(_PART, session_id, state, state.size())
 
     def _session(self, session_id: str) -> _Session:
-        state = self._sessions.get(session_id)
-        if state is None:
-            state = self._sessions[session_id] = _Session()
-            while len(self._sessions) > self._limit:
-                self._sessions.popitem(last=False)
-        self._sessions.move_to_end(session_id)
-        return state
+        state = self._cache.get(_PART, session_id)
+        return _Session() if state is None else state
 
     def committed(self, encoded: Encoded) -> None:
         """`encoded` is in the store: later records of its session may refer to it."""
@@ -189,13 +194,13 @@ class Encoder:
         with self._lock:
             state = self._session(encoded.record.session_id)
             state.last = memory
-            state.recent.append(memory)
+            state.recent.append(replace(memory, lists={}))  # only the last one's lists are compared with
             state.parts.update(memory.parts)
+            self._cache.put(_PART, encoded.record.session_id, state, state.size())
 
     def forget(self, session_id: str) -> None:
         """The session is closed: nothing will refer to its records again."""
-        with self._lock:
-            self._sessions.pop(session_id, None)
+        self._cache.drop(_PART, session_id)
 
 
 def _body(name: str, body: Mapping[str, Any], last: _Memory | None, lists: dict, part: Callable) -> list:

@@ -38,6 +38,7 @@ import orjson
 from .migrations import Migration, add_column, migrate, open_read_only, statements
 from .record_codec import Bodies, Decoder, Encoded, Encoder, lengths, unsqueeze
 from .records import CompletionRecord, Session
+from .session_cache import SessionCache
 
 log = logging.getLogger("nemo_polar.store")
 
@@ -81,9 +82,10 @@ def connect(path: str | Path) -> sqlite3.Connection:
 
 
 class SqliteStore:
-    def __init__(self, path: str | Path, read_only: bool = False):
+    def __init__(self, path: str | Path, read_only: bool = False, cache: SessionCache | None = None):
         """`read_only`: for readers (exports, `polar view`, benchmarks): the file is neither created nor
-        migrated, and nothing is written (a store from an older version reads as it is)."""
+        migrated, and nothing is written (a store from an older version reads as it is). `cache`: where
+        each session's last records are kept for its next one to refer to (the proxy's session cache)."""
         self.path = Path(path)
         self.read_only = read_only
         if read_only:
@@ -95,7 +97,8 @@ class SqliteStore:
         # a store from before records by reference, shown read-only: its rows are whole records
         self._by_reference = "tokens" in {row[1] for row in self._read.execute("PRAGMA table_info(completions)")}
         self._read_lock = threading.Lock()
-        self._encoder = Encoder()
+        self.cache = cache if cache is not None else SessionCache()
+        self._encoder = Encoder(self.cache)
         self._queue: queue.Queue = queue.Queue()
         self._hurry = threading.Event()
         self.problem: str | None = None  # why records are not being written right now

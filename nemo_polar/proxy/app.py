@@ -23,6 +23,7 @@ from ..errors import PolarError, UnknownRoute
 from ..metrics import ProxyMetrics, scrape
 from ..records import CompletionRecord, Session, UpstreamInfo
 from ..serving import json_response
+from ..session_cache import SessionCache
 from ..store import SqliteStore
 from .admin import Admin
 from .backends import BACKENDS
@@ -41,7 +42,9 @@ _MATCHED_PATHS = 1024
 class Proxy:
     def __init__(self, config: ProxyConfig, store: SqliteStore | None = None):
         self.config = config
-        self.store = store or SqliteStore(config.store.path)
+        cache_limit = config.limits.session_cache_bytes
+        self.store = store or SqliteStore(config.store.path, cache=SessionCache(cache_limit))
+        self.store.cache.limit = cache_limit  # a store given holds its sessions' last records under the same bound
         self.sessions = Sessions(self.store)
         up = config.upstream
         self.backend = BACKENDS[up.engine](up.sampling)

@@ -15,7 +15,6 @@ object, the field named twice, whitespace where an item ended) falls back to par
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +22,13 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from ..errors import RequestInvalid
+from ..session_cache import SessionCache
 from .dialects import Dialect
 
-_SESSIONS = 256  # sessions whose last history is kept (the least recent dropped: it costs one full parse)
+_PART = "history"  # in the session cache: dropped when the session closes, or to stay under its bound
+# bytes charged per byte of a kept body: the body, its items' strings, and their JSON kept on the converted
+# messages (`dialects.base.converted`, `chat.Message.chat_json`)
+_CHARGE = 3
 _SMALL = 16384  # a body this short is parsed whole: comparing and scanning it would cost more than that
 _SCAN = json.JSONDecoder()  # its raw_decode finds where a JSON value ends, in C
 _WS = " \t\n\r"
@@ -54,16 +57,15 @@ class Parsed:
 
 
 class Histories:
-    def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
-        self._seen: OrderedDict[str, Seen] = OrderedDict()
-        self._limit = sessions
+    def __init__(self, cache: SessionCache | None = None, small: int = _SMALL):
+        self._cache = cache if cache is not None else SessionCache()
         self._small = small
         self._adapters: dict[str, TypeAdapter] = {}
 
     def parse(self, session_id: str, dialect: Dialect, raw: bytes) -> Parsed:
         """`raw` parsed; a 400 when it is not JSON."""
         field = dialect.history[0] if dialect.history is not None and len(raw) >= self._small else None
-        before = self._seen.get(session_id)
+        before = self._cache.get(_PART, session_id) if field is not None else None
         if field is not None and before is not None and before.dialect == dialect.name:
             kept = _unchanged(raw, before)
             parsed = _partial(raw, before, kept, field) if kept else None
@@ -95,13 +97,7 @@ class Histories:
 
     def keep(self, session_id: str, seen: Seen) -> None:
         """The call parsed: its history is what the session's next call is compared with."""
-        self._seen[session_id] = seen
-        self._seen.move_to_end(session_id)
-        while len(self._seen) > self._limit:
-            self._seen.popitem(last=False)
-
-    def forget(self, session_id: str) -> None:
-        self._seen.pop(session_id, None)
+        self._cache.put(_PART, session_id, seen, _CHARGE * len(seen.raw))
 
 
 def loads(raw: bytes) -> Any:

@@ -13,27 +13,26 @@ been.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
 from ..chat import JoinedIds
+from ..session_cache import SessionCache, ids_bytes
 from .backends.base import Backend
 
 _NAME = "prompt_token_ids"
 _KEY = b'"prompt_token_ids":['
-_SESSIONS = 256
+_PART = "prompt_ids"  # in the session cache
 _SMALL = 16384  # an answer this short is parsed whole: its ids are a few thousand at most
 
 
 class PromptIds:
-    def __init__(self, sessions: int = _SESSIONS, small: int = _SMALL):
+    def __init__(self, cache: SessionCache | None = None, small: int = _SMALL):
         # per session: the last answer's ids array (a view of its bytes), the ids read, and the earlier ids
         # they began with
-        self._last: OrderedDict[str, tuple[memoryview, Sequence[int], Sequence[int] | None]] = OrderedDict()
-        self._limit = sessions
+        self._cache = cache if cache is not None else SessionCache()
         self._small = small
 
     def parse(self, session_id: str, backend: Backend, raw: bytes) -> Any:
@@ -58,16 +57,14 @@ class PromptIds:
         cut[0][_NAME] = ids
         if backend.prompt_ids(body, choice) is not ids:
             return orjson.loads(raw)  # the array cut out is not the one the backend reads
-        self._last[session_id] = (memoryview(raw)[opened + 1 : closed], ids, head or None)
-        self._last.move_to_end(session_id)
-        while len(self._last) > self._limit:
-            self._last.popitem(last=False)
+        kept = (memoryview(raw)[opened + 1 : closed], ids, head or None)
+        self._cache.put(_PART, session_id, kept, len(raw) + ids_bytes(len(ids)))  # the view holds the whole answer
         return body
 
     def _split(self, session_id: str, raw: bytes, start: int, end: int) -> tuple[Sequence[int], Any]:
         """(the ids taken from the last answer, the rest parsed) of the ids array's text `raw[start:end]`,
         compared where it lies (hundreds of KB: never copied)."""
-        last = self._last.get(session_id)
+        last = self._cache.get(_PART, session_id)
         n = len(last[0]) if last is not None else 0
         ends = raw[start + n : start + n + 1] in (b",", b"]")  # the last answer's ids end where an id ends
         if last is not None and n and ends and raw.startswith(last[0], start):
@@ -77,8 +74,5 @@ class PromptIds:
     def extends(self, session_id: str, ids: Sequence[int]) -> Sequence[int] | None:
         """The earlier answer's ids that `ids` (the session's last answer's, as read) begin with: the two
         were read from the same bytes, so the store need not compare them."""
-        last = self._last.get(session_id)
+        last = self._cache.get(_PART, session_id)
         return last[2] if last is not None and last[1] is ids else None
-
-    def forget(self, session_id: str) -> None:
-        self._last.pop(session_id, None)

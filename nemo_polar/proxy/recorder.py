@@ -55,7 +55,7 @@ class Recorder:
         not durable, or with `wait=False`)."""
         c = completion
         if c is not None and self.backend.splices:
-            self.sessions.splices(call.session.id).add(c)
+            self.sessions.sampled(call.session.id, c)
         finished = time.time()
         status = status or (err.kind if err else "ok")
         self.metrics.call(

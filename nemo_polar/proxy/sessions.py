@@ -1,5 +1,5 @@
-"""Sessions as the proxy sees them: a key, an arrival counter, the turns it sampled, its last history and
-prompt ids.
+"""Sessions as the proxy sees them: a key, an arrival counter, and in the session cache the turns it
+sampled, its last history and prompt ids.
 
 Kept in memory for the response path and backed by the store, so a restarted proxy recognises
 every key it handed out and continues each session's numbering and splicing where it stopped. Keys
@@ -16,10 +16,13 @@ from typing import Any
 
 from ..chat import Completion, ToolCall, Usage
 from ..records import Session
+from ..session_cache import ids_bytes
 from ..store import SqliteStore, key_hash
 from .history import Histories
 from .prompt_ids import PromptIds
 from .splice import SpliceIndex
+
+_SPLICES = "splices"  # in the session cache
 
 
 def new_key() -> str:
@@ -31,9 +34,10 @@ class Sessions:
         self.store = store
         self._by_hash: dict[str, Session] = {}  # filled as keys are used (the store has only hashes)
         self._seq: dict[str, int] = {}
-        self._splices: dict[str, SpliceIndex] = {}
-        self.history = Histories()  # each session's last history as validated (memory only: a restart revalidates)
-        self.prompt_ids = PromptIds()  # and its last answer's prompt ids
+        # what makes a session's next call cheap, bounded by bytes (the store's last record of it is there too)
+        self.cache = store.cache
+        self.history = Histories(self.cache)  # each session's last history as validated (a restart revalidates)
+        self.prompt_ids = PromptIds(self.cache)  # and its last answer's prompt ids
 
     def open(self, session_id: str | None = None, metadata: dict[str, Any] | None = None, **route: Any) -> Session:
         """A new session; `route` holds its own `upstream_url`, `upstream_model` and `max_tokens`."""
@@ -64,9 +68,7 @@ class Sessions:
         for hashed in [h for h, s in self._by_hash.items() if s.id == session_id]:
             del self._by_hash[hashed]
         self._seq.pop(session_id, None)
-        self._splices.pop(session_id, None)
-        self.history.forget(session_id)
-        self.prompt_ids.forget(session_id)
+        self.cache.forget(session_id)
 
     def next_seq(self, session_id: str) -> int:
         seq = self._seq.get(session_id)
@@ -76,15 +78,23 @@ class Sessions:
         return seq
 
     def splices(self, session_id: str) -> SpliceIndex:
-        index = self._splices.get(session_id)
+        """The session's sampled turns (read back from the store when the cache has none)."""
+        index = self.cache.get(_SPLICES, session_id)
         if index is None:
-            index = self._splices[session_id] = SpliceIndex()
+            index = SpliceIndex()
             for r in self.store.records(session_id):
                 if r.trainable and r.message is not None:
                     index.add(
                         _completion(r.message, r.prompt_token_ids, r.completion_token_ids, r.completion_logprobs)
                     )
+            self.cache.put(_SPLICES, session_id, index, index.size)
         return index
+
+    def sampled(self, session_id: str, completion: Completion) -> None:
+        """A turn the session sampled, for engines that splice it back."""
+        index = self.splices(session_id)
+        index.add(completion)
+        self.cache.put(_SPLICES, session_id, index, index.size)
 
 
 def _completion(message: dict[str, Any], prompt: list[int], ids: list[int], logprobs: list[float]) -> Completion:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..chat import Completion, Message
+from ..session_cache import ids_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,8 @@ class SpliceIndex:
 
     def __init__(self) -> None:
         self._turns: dict[str, SampledTurn] = {}
+        self._longest = 0  # prompt
+        self._sampled = 0  # ids, over every turn
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -48,6 +51,14 @@ class SpliceIndex:
     def add(self, c: Completion) -> None:
         key = fingerprint(c.text, [(t.name, t.arguments) for t in c.tool_calls])
         self._turns[key] = SampledTurn(c.prompt_token_ids, c.completion_token_ids, c.completion_logprobs)
+        self._longest = max(self._longest, len(c.prompt_token_ids))
+        self._sampled += len(c.completion_token_ids)
+
+    @property
+    def size(self) -> int:
+        """The bytes it holds, for the session cache: a prompt's ids are mostly the last one's
+        (`chat.JoinedIds`), so the longest prompt once, and every sampled id with its logprob."""
+        return ids_bytes(self._longest) + (ids_bytes(1) + 32) * self._sampled
 
     def lookup(self, m: Message) -> SampledTurn | None:
         if m.role != "assistant":

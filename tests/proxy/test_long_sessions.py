@@ -256,8 +256,9 @@ def test_a_long_session_whose_prompts_are_joined_is_recorded_and_spliced_as_whol
         FakeUpstreamThread(history=True, engine=engine) as up,
         make_proxy(up.url, tmp_path, upstream={"engine": engine, "model": up.fake.served_model}) as proxy,
     ):
-        proxy.proxy.sessions.prompt_ids = reader = PromptIds(small=0)
-        session = proxy.proxy.sessions.open()
+        sessions = proxy.proxy.sessions
+        sessions.prompt_ids = PromptIds(sessions.cache, small=0)
+        session = sessions.open()
         messages = history(random.Random(9), 2)
         joined = 0
         auth = {"Authorization": f"Bearer {session.api_key}"}
@@ -265,7 +266,7 @@ def test_a_long_session_whose_prompts_are_joined_is_recorded_and_spliced_as_whol
             for t in range(12):
                 answer = http.post("/v1/chat/completions", json={"model": "m", "messages": messages, "tools": [TOOL]})
                 assert answer.status_code == 200, answer.text
-                joined += isinstance(reader._last[session.id][1], JoinedIds)
+                joined += isinstance(sessions.cache.get("prompt_ids", session.id)[1], JoinedIds)
                 messages = messages + chat_turn(answer.json(), t, f"output {t} ✓" * t)
         upstream = list(up.fake.requests)
         recorded = proxy.proxy.records(session.id)

@@ -29,14 +29,17 @@ def body_json(body: dict[str, Any], messages: list[Message]) -> bytes:
     """`orjson.dumps(body)`, without serialising a long history again on every call: the messages
     that are their request message's kept form (`message_body`), the same objects call after call,
     go in as the JSON they were serialised to once. An engine's own message dicts (splices) are
-    serialised as they come. The leading messages the last call sent as the same objects are not
-    looked at one by one: that call's list is kept on the first message (`Message.chat_run`)."""
+    new on every call and serialised as they come. The leading messages the last call sent as the same
+    forms are not looked at one by one: that call's forms and what they were written as are kept on the
+    first message (`Message.chat_run`), and the shared part found by identity. Never the messages
+    themselves: the first one holding a list that holds it would be a reference cycle (see
+    `dialects.base.converted_all`)."""
     sent = body.get("messages")
     if not isinstance(sent, list) or len(sent) != len(messages) or not messages:
         return orjson.dumps(body)
     last = messages[0].chat_run
-    k = min(same_prefix(messages, last[0]), same_prefix(sent, last[1])) if last is not None else 0
-    wire = last[2][:k] if k else []
+    k = same_prefix(sent, last[0]) if last is not None else 0
+    wire = last[1][:k] if k else []
     for d, m in zip(sent[k:], messages[k:], strict=True):
         if d is not m.chat_form:
             wire.append(d)
@@ -44,7 +47,7 @@ def body_json(body: dict[str, Any], messages: list[Message]) -> bytes:
             if m.chat_json is None:
                 m.chat_json = orjson.Fragment(orjson.dumps(d))
             wire.append(m.chat_json)
-    messages[0].chat_run = (messages, sent, wire)
+    messages[0].chat_run = (sent, wire)
     return orjson.dumps({**body, "messages": wire})
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ...chat import ChatRequest, Completion, Delta, same_prefix
+from ...chat import ChatRequest, Completion, Delta
 from ...errors import PolarError, RequestInvalid, problems
 
 T = TypeVar("T")
@@ -82,16 +82,22 @@ def converted(item: Any, convert: Callable[..., T], *args: Any) -> T:
 
 def converted_all(items: list[Any], convert: Callable[[Any], T]) -> list[T]:
     """`[converted(item, convert) for item in items]`, without a step per item for the leading ones the last
-    call had: that call's items and what they converted to are kept on the first item (a session's history
-    items are its own objects, always after the same ones), and the items they share with this call are
-    found by identity, in C."""
+    call had. What the last call converted to is kept on the first item (a session's history items are its
+    own objects, always after the same ones); when the last item the two calls share converted to that
+    call's message there, every item before it did too, and that call's messages are taken as a slice.
+    The items themselves are not kept: an item holding a list that holds it would be a reference cycle,
+    freed only by the cyclic collector, which a busy server runs rarely (serving.py), so every new
+    history would stay in memory long after its session closed."""
     if not items:
         return []
     kept = items[0].__pydantic_private__
-    last = kept.get("_run")
-    k = same_prefix(items, last[0]) if last is not None else 0
-    out = (last[1][:k] if k else []) + [converted(item, convert) for item in items[k:]]
-    kept["_run"] = (items, out)
+    last: list[T] | None = kept.get("_run")
+    n = min(len(items), len(last)) if last else 0
+    if n and items[n - 1].__pydantic_private__.get("_canonical") is last[n - 1]:  # type: ignore[index]
+        out = last[:n] + [converted(item, convert) for item in items[n:]]  # type: ignore[index]
+    else:
+        out = [converted(item, convert) for item in items]
+    kept["_run"] = out
     return out
 
 
