@@ -17,6 +17,7 @@ Judged on the answers and on the store afterwards:
 - `lost_records`: answers of 200 without an `ok` record in their session;
 - `wrong_session`: records carrying another session's marker;
 - `writer_alive`: the proxy's /health still says it records.
+Reported too: the bytes sent to the proxy, and its RSS at the end and at its peak.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import orjson
 
 from ..proxy.serve import free_port
 from ..store import SqliteStore
-from .proxy import children, spawn
+from .proxy import children, rss_mb, spawn
 
 DEEP = "\x00deep\x00"  # stands for a value nested too deep for orjson to write: spliced in as text
 TOKEN = "fuzz-token"
@@ -301,7 +302,8 @@ async def _fuzz_proxy(
                 health = await r.json()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             health = {"error": repr(exc)}  # a proxy that cannot say it records is not recording
-    return {"sessions": sessions, "answered": answered, "health": health}
+    sent = sum(len(job[2]) for job in jobs)
+    return {"sessions": sessions, "answered": answered, "health": health, "sent": sent}
 
 
 async def _fuzz_rollout(url: str, n: int, seed: int, concurrency: int, tally: Tally) -> None:
@@ -342,6 +344,7 @@ def run(
             procs.append(spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
             tally = Tally()
             seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally))
+            rss = {"end": rss_mb(procs[1].pid), "peak": rss_mb(procs[1].pid, "VmHWM")}  # the proxy's
             asyncio.run(_fuzz_rollout(url(rollout), rollout_requests or per_route, seed, concurrency, tally))
         kept = SqliteStore(store)
         lost = wrong = 0
@@ -365,6 +368,8 @@ def run(
         "wrong_session": wrong,
         "writer_alive": bool(seen["health"].get("recording", {}).get("ok")),
         "answered": sum(seen["answered"].values()),
+        "sent_mb": round(seen["sent"] / 2**20, 1),
+        "proxy_rss_mb": rss,
         "statuses": dict(sorted(tally.statuses.items())),
         "examples": tally.examples,
         "seconds": round(time.monotonic() - t0, 1),

@@ -4,8 +4,8 @@ Each session is a harness: its own connection (opened by its first call, kept al
 Chat Completions calls one after another against a fake upstream that paces its tokens like a busy
 inference server. The proxy runs as its own process. Reported: calls answered, records in the store
 and calls answered without one (`lost`), the latency of each session's first call (a new connection:
-accept, then the call) against later calls on the open connection, the proxy's RSS at the start and the
-end, and calls per second.
+accept, then the call) against later calls on the open connection, the proxy's RSS at the start, the
+end and its peak, and calls per second.
 """
 
 from __future__ import annotations
@@ -21,15 +21,7 @@ import orjson
 
 from ..proxy.serve import free_port
 from ..store import SqliteStore
-from .proxy import _pct, children, spawn
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+from .proxy import _pct, children, rss_mb, spawn
 
 
 async def _session(url: str, key: str, until: float, first: list[float], later: list[float], errors: list[str]) -> int:
@@ -83,7 +75,7 @@ def run(sessions: int = 512, seconds: float = 120.0, tokens: int = 16, token_del
                 ids.append(opened["session_id"])
             rss_start = rss_mb(pid)
             seen = asyncio.run(_drive(url(proxy), keys, seconds))
-            rss_end = rss_mb(pid)
+            rss_end, rss_peak = rss_mb(pid), rss_mb(pid, "VmHWM")
         kept = SqliteStore(store)
         try:
             ok = {sid: sum(r.status == "ok" for r in kept.records(sid)) for sid in ids}
@@ -105,7 +97,7 @@ def run(sessions: int = 512, seconds: float = 120.0, tokens: int = 16, token_del
         "first_call_ms": {"p50": ms(_pct(first, 0.5)), "p99": ms(_pct(first, 0.99)), "max": ms(max(first))},
         "keep_alive_ms": {"p50": ms(_pct(later, 0.5)), "p99": ms(_pct(later, 0.99))},
         "first_p99_vs_keep_alive_p99": round(_pct(first, 0.99) / max(_pct(later, 0.99), 1e-9), 2),
-        "rss_mb": {"start": rss_start, "end": rss_end},
+        "rss_mb": {"start": rss_start, "end": rss_end, "peak": rss_peak},
         "calls_per_s": round(calls / seen["wall"], 1),
         "upstream_token_delay_ms": token_delay_ms,
         "tokens": tokens,

@@ -91,6 +91,15 @@ class Hop:
     pid: int
 
 
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A process's resident memory now (`VmRSS`) or at its peak (`VmHWM`), in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU time a process (all its threads) has used so far; 0 for no process."""
     if pid is None:
@@ -117,24 +126,25 @@ def upstream_body(tokens: int, stream: bool) -> bytes:
     return orjson.dumps(VLLMBackend().build_body(request, None, SERVED_MODEL))
 
 
-def dialect_call(dialect: str, key: str, tokens: int, stream: bool) -> tuple[str, dict[str, Any], dict[str, str]]:
-    """(path, body, headers) of a minimal call in a harness's dialect."""
-    user = [{"role": "user", "content": _PROMPT}]
+def dialect_call(
+    dialect: str, key: str, tokens: int, stream: bool, turns: list[tuple[str, str]] | None = None
+) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """(path, body, headers) of a call in a harness's dialect: a history of (role, text) turns, `user` and
+    `assistant` in turn (a minimal prompt by default)."""
+    turns = turns or [("user", _PROMPT)]
+    chat = [{"role": role, "content": text} for role, text in turns]
     bearer = {"Authorization": f"Bearer {key}"}
     if dialect == "openai_chat":
-        return "/v1/chat/completions", {"model": "m", "messages": user, "max_tokens": tokens, "stream": stream}, bearer
+        return "/v1/chat/completions", {"model": "m", "messages": chat, "max_tokens": tokens, "stream": stream}, bearer
     if dialect == "openai_responses":
-        return "/v1/responses", {"model": "m", "input": user, "max_output_tokens": tokens, "stream": stream}, bearer
+        return "/v1/responses", {"model": "m", "input": chat, "max_output_tokens": tokens, "stream": stream}, bearer
     if dialect == "anthropic":
-        body = {"model": "m", "messages": user, "max_tokens": tokens, "stream": stream}
+        body = {"model": "m", "messages": chat, "max_tokens": tokens, "stream": stream}
         return "/v1/messages", body, {"x-api-key": key, "anthropic-version": "2023-06-01"}
     if dialect == "gemini":
         path = "/v1beta/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
-        body = {
-            "contents": [{"role": "user", "parts": [{"text": _PROMPT}]}],
-            "generationConfig": {"maxOutputTokens": tokens},
-        }
-        return path, body, {"x-goog-api-key": key}
+        contents = [{"role": "model" if role == "assistant" else role, "parts": [{"text": text}]} for role, text in turns]
+        return path, {"contents": contents, "generationConfig": {"maxOutputTokens": tokens}}, {"x-goog-api-key": key}
     raise ValueError(f"unknown dialect {dialect}")
 
 

@@ -33,6 +33,7 @@ from ..errors import ControlError
 from ..server.client import Retry, RolloutAPI
 from ..serving import free_port
 from ..states import SessionState
+from .proxy import rss_mb
 
 TOKEN = "bench-token"
 PATIENT = Retry(attempts=20, first_s=0.1, max_s=2.0)  # a simulated node keeps trying, as a real one does
@@ -103,13 +104,6 @@ class SimNode:
             self.runner = None
 
 
-def _rss_mb(pid: int, field: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
-
-
 async def _wait_healthy(api: RolloutAPI, proc: subprocess.Popen) -> None:
     for _ in range(600):
         if proc.poll() is not None:
@@ -140,7 +134,7 @@ async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder:
             sims = [SimNode(i, api, duration_s, stats) for i in range(nodes)]
             stats["nodes"] = sims
             await asyncio.gather(*(s.start(capacity) for s in sims))
-            rss_idle = _rss_mb(proc.pid, "VmRSS")
+            rss_idle = rss_mb(proc.pid, "VmRSS")
             submitted: dict[str, float] = {}
             t0 = time.time()
             for g in range(-(-sessions // group)):
@@ -156,7 +150,7 @@ async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder:
             while any(s.running for s in sims) and time.time() - t0 < duration_s * 3 + 60:
                 await asyncio.sleep(0.2)
             listed = await api.tasks()
-            rss_peak = _rss_mb(proc.pid, "VmHWM")
+            rss_peak = rss_mb(proc.pid, "VmHWM")
             for sim in sims:  # their heartbeats use the client: stopped before it closes
                 await sim.stop()
         latencies = sorted((t - submitted[sid]) * 1000 for sid, t in stats["received"] if sid in submitted)
@@ -179,7 +173,7 @@ async def _run(sessions: int, nodes: int, group: int, duration_s: float, folder:
             "undelivered_callbacks": stats["undelivered"],
             "rollout_server_rss_mb_idle": rss_idle,
             "rollout_server_rss_mb_peak": rss_peak,
-            "sim_nodes_rss_mb": _rss_mb(os.getpid(), "VmHWM"),
+            "sim_nodes_rss_mb": rss_mb(os.getpid(), "VmHWM"),
         }
     finally:
         for s in sims:

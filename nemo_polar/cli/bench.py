@@ -42,6 +42,26 @@ def _bench_long(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_memory(args: argparse.Namespace) -> int:
+    from ..bench.memory import SHAPES, run
+
+    shapes = tuple(args.shapes.split(",")) if args.shapes else SHAPES
+    unknown = sorted(set(shapes) - set(SHAPES))
+    if unknown:
+        raise SystemExit(f"polar bench memory: unknown shape {', '.join(unknown)} (choose from {', '.join(SHAPES)})")
+    result = run(
+        calls=args.calls,
+        cache_mb=args.cache_mb,
+        prompt_kb=args.prompt_kb,
+        turns=args.turns,
+        turn_kb=args.turn_kb,
+        seed=args.seed,
+        shapes=shapes,
+    )
+    _print(result, args)
+    return 0 if result["held"] else 1
+
+
 def _bench_fuzz(args: argparse.Namespace) -> int:
     from ..bench.fuzz import run
 
@@ -114,6 +134,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     blong.add_argument("--window", type=int, default=20, help="turns at each end whose latency is compared")
     blong.add_argument("--tokenizer", default=None, help="tokenizer folder for real ids (default: the tiny model's)")
     blong.add_argument("--keep", default=None, help="copy each mode's record store into this folder")
+    bmem = _add(bench, "memory", "the proxy's RSS over many calls of each shape: new, open, growing, edited", _bench_memory)
+    bmem.add_argument("--calls", type=int, default=700, help="calls per shape, one after another")
+    bmem.add_argument("--cache-mb", type=int, default=256, help="the session cache's bound (new_open)")
+    bmem.add_argument("--prompt-kb", type=int, default=1024, help="each new prompt's size")
+    bmem.add_argument("--turns", type=int, default=100, help="calls per growing or edited session")
+    bmem.add_argument("--turn-kb", type=int, default=4, help="what each turn adds to a history")
+    bmem.add_argument("--shapes", default=None, help="comma-separated, default all")
+    bmem.add_argument("--seed", type=int, default=0)
     bfuzz = _add(bench, "fuzz", "seeded mutated requests on every model route and the task route", _bench_fuzz)
     bfuzz.add_argument("--per-route", type=int, default=10_000, help="requests per route (5 model routes + tasks)")
     bfuzz.add_argument("--seed", type=int, default=0)

@@ -21,6 +21,7 @@ def test_a_seeded_fuzz_run_finds_nothing():
         0,
     ), out["examples"]
     assert out["writer_alive"] and out["answered"] > 100  # enough accepted to judge the records
+    assert out["sent_mb"] > 0 and 0 < out["proxy_rss_mb"]["end"] <= out["proxy_rss_mb"]["peak"]
     rejected = sum(n for k, n in out["statuses"].items() if k.endswith(":400"))
     assert rejected > 100  # and enough refused to judge the error shapes
 

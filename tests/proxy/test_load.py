@@ -11,4 +11,4 @@ def test_a_short_load_run_loses_nothing_and_reports_its_figures():
     assert out["errors"] == 0, out["error_examples"]
     assert out["calls"] >= 24 and out["lost"] == 0 and out["records"] == out["calls"]
     assert 0 < out["first_call_ms"]["p50"] and 0 < out["keep_alive_ms"]["p50"]
-    assert out["rss_mb"]["start"] > 0 and out["rss_mb"]["end"] > 0 and out["calls_per_s"] > 0
+    assert 0 < out["rss_mb"]["start"] and 0 < out["rss_mb"]["end"] <= out["rss_mb"]["peak"] and out["calls_per_s"] > 0
