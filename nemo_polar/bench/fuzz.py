@@ -66,9 +66,10 @@ _SCHEMA = {
 }
 
 
-def seeds(route: str, marker: str) -> list[dict[str, Any]]:
-    """Bodies shaped like real harnesses' requests, each carrying `marker` in its first user text."""
-    task = f"{marker} fix the failing test"
+def seeds(route: str, marker: str, context: str = "") -> list[dict[str, Any]]:
+    """Bodies shaped like real harnesses' requests, each carrying `marker` in its first user text, followed by
+    `context` (what a harness puts there: the files it read, a long tool output)."""
+    task = f"{marker} fix the failing test{context}"
     if route == "openai_chat":
         tool = {"type": "function", "function": {"name": "bash", "description": "run", "parameters": _SCHEMA}}
         turn = [
@@ -262,8 +263,16 @@ async def _send(http: aiohttp.ClientSession, url: str, raw: bytes, headers: dict
         return resp.status, await resp.read()
 
 
+def _context(rng: random.Random, kb: int) -> str:
+    """`kb` KB of text that differs from request to request (no history to reuse), or nothing."""
+    if not kb:
+        return ""
+    line = f"\n{rng.randrange(10**12):012d} def f(x): return x  # "
+    return (line * ((kb << 10) // len(line) + 1))[: kb << 10]
+
+
 async def _fuzz_proxy(
-    url: str, per_route: int, seed: int, concurrency: int, tally: Tally, timeout_s: float = 60.0
+    url: str, per_route: int, seed: int, concurrency: int, tally: Tally, context_kb: int = 0, timeout_s: float = 60.0
 ) -> dict[str, Any]:
     rng = random.Random(seed)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
@@ -272,22 +281,22 @@ async def _fuzz_proxy(
             async with http.post(url + "/admin/sessions", json={}, headers={"x-polar-control-token": TOKEN}) as r:
                 opened = await r.json()
             sessions.append((f"marker-{i}-{rng.randrange(10**9)}", opened["session_id"], opened["api_key"]))
-        jobs = []
-        for route in ROUTES:
-            for _ in range(per_route):
-                marker, sid, key = rng.choice(sessions)
-                raw = mutate(rng.choice(seeds(route.name, marker)), rng)
+        jobs = [(route, rng.choice(sessions), rng.randrange(2**32)) for route in ROUTES for _ in range(per_route)]
+        answered: Counter = Counter()
+        queue = list(reversed(jobs))
+        sent = 0
+
+        async def worker() -> None:
+            nonlocal sent
+            while queue:
+                route, (marker, sid, key), job_seed = queue.pop()
+                job = random.Random(job_seed)  # each request made as it is sent: the same whatever the order
+                raw = mutate(job.choice(seeds(route.name, marker, _context(job, context_kb))), job)
+                sent += len(raw)
                 value = f"Bearer {key}" if route.key_header == "authorization" else key
                 headers = {route.key_header: value, "content-type": "application/json"}
                 if route.name == "anthropic":
                     headers["anthropic-version"] = "2023-06-01"
-                jobs.append((route, sid, raw, headers))
-        answered: Counter = Counter()
-        queue = list(reversed(jobs))
-
-        async def worker() -> None:
-            while queue:
-                route, sid, raw, headers = queue.pop()
                 try:
                     status, text = await _send(http, url + route.path, raw, headers)
                 except (aiohttp.ClientError, TimeoutError) as exc:  # dropped, or no answer in 60 s: a failure too
@@ -302,7 +311,6 @@ async def _fuzz_proxy(
                 health = await r.json()
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             health = {"error": repr(exc)}  # a proxy that cannot say it records is not recording
-    sent = sum(len(job[2]) for job in jobs)
     return {"sessions": sessions, "answered": answered, "health": health, "sent": sent}
 
 
@@ -328,9 +336,14 @@ async def _fuzz_rollout(url: str, n: int, seed: int, concurrency: int, tally: Ta
 
 
 def run(
-    per_route: int = 10_000, seed: int = 0, concurrency: int = 16, rollout_requests: int | None = None
+    per_route: int = 10_000,
+    seed: int = 0,
+    concurrency: int = 16,
+    rollout_requests: int | None = None,
+    context_kb: int = 0,
 ) -> dict[str, Any]:
-    """Every route fuzzed `per_route` times (the rollout server's task route too, or `rollout_requests`)."""
+    """Every route fuzzed `per_route` times (the rollout server's task route too, or `rollout_requests`);
+    `context_kb`: each model request carries that much context of its own."""
     with tempfile.TemporaryDirectory(prefix="polar-fuzz-") as tmp:  # the stores go with the run
         fake, proxy, rollout = (free_port() for _ in range(3))
         url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
@@ -343,7 +356,7 @@ def run(
             args = [f"port={rollout}", f"store.path={tmp}/rollout.sqlite", f"control_token={TOKEN}", "dispatch=false"]
             procs.append(spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
             tally = Tally()
-            seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally))
+            seen = asyncio.run(_fuzz_proxy(url(proxy), per_route, seed, concurrency, tally, context_kb))
             rss = {"end": rss_mb(procs[1].pid), "peak": rss_mb(procs[1].pid, "VmHWM")}  # the proxy's
             asyncio.run(_fuzz_rollout(url(rollout), rollout_requests or per_route, seed, concurrency, tally))
         kept = SqliteStore(store)
@@ -362,6 +375,7 @@ def run(
         "requests": tally.requests,
         "per_route": per_route,
         "seed": seed,
+        "context_kb": context_kb,
         "unhandled_5xx": tally.unhandled_5xx,
         "not_dialect_shaped": tally.not_dialect_shaped,
         "lost_records": lost,

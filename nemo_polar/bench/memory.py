@@ -15,6 +15,9 @@ The proxy's RSS is read every `calls / 20` calls. Per shape: RSS at the start, h
 the peak, and the growth over the second half. Held (exit 1 when not): a closed shape grows less than
 `GROWTH_MB` over its second half (memory follows what is open, not how many calls were made), and
 the open shape stays within `OPEN_FACTOR` times the cache's bound above its start.
+
+`servers` looks at the other long-lived processes the same way: a rollout server and a gateway node
+running many sessions, a constant number of them open at a time.
 """
 
 from __future__ import annotations
@@ -153,3 +156,95 @@ def run(
     }
     result["held"] = all(s["held"] for s in result["shapes"].values())
     return result
+
+
+SERVER_SHAPE = "sessions"
+
+
+def servers(sessions: int = 800, group: int = 8, open_tasks: int = 4) -> dict[str, Any]:
+    """The rollout server's and a gateway node's RSS over `sessions` sessions (`polar serve-rollout` and
+    `polar serve-gateway`, each its own process, local sandboxes): tasks of `group` samples, each session
+    one model call by the `shell` harness, with `open_tasks` tasks in flight at any time, so the open work
+    is constant. Held: neither grows by `GROWTH_MB` or more over the second half of the sessions."""
+    from ..harnesses.shell import CHECK_AGENT
+
+    token = "bench-token"
+    tasks = -(-sessions // group)
+    with tempfile.TemporaryDirectory(prefix="polar-memory-") as tmp, children(grace_s=15) as procs:
+        fake, rollout, node = free_port(), free_port(), free_port()
+        url = lambda port: f"http://127.0.0.1:{port}"  # noqa: E731
+        procs.append(spawn(["-m", "nemo_polar.bench.fake_upstream", "--port", str(fake)], url(fake) + "/health"))
+        args = [f"port={rollout}", f"store.path={tmp}/rollout.sqlite", f"control_token={token}"]
+        procs.append(spawn(["-m", "nemo_polar.cli", "serve-rollout", *args], url(rollout) + "/health"))
+        args = [
+            f"proxy.port={node}",
+            f"proxy.upstream.url={url(fake)}",
+            f"proxy.store.path={tmp}/node.sqlite",
+            "proxy.log_level=warning",
+            f"node.rollout_url={url(rollout)}",
+            f"node.root={tmp}/node",
+            f"node.control_token={token}",
+            "node.heartbeat_s=0.5",
+        ]
+        procs.append(spawn(["-m", "nemo_polar.cli", "serve-gateway", *args], url(node) + "/health"))
+        pids = {"rollout_server": procs[1].pid, "gateway_node": procs[2].pid}
+        spec = {"instruction": "say hello", "num_samples": group, "harness": {"name": "shell", "command": CHECK_AGENT}}
+        seen = asyncio.run(_sessions(url(rollout), token, spec, tasks, open_tasks, pids))
+        peaks = {name: rss_mb(pid, "VmHWM") for name, pid in pids.items()}
+    out: dict[str, Any] = {
+        "sessions": seen["done"],
+        "completed": seen["completed"],
+        "group": group,
+        "open_sessions": group * open_tasks,
+        "seconds": round(seen["seconds"], 1),
+    }
+    for name in pids:
+        samples = [(n, rss[name]) for n, rss in seen["samples"]]
+        half = min(samples, key=lambda s: abs(s[0] - seen["done"] / 2))
+        growth = round(samples[-1][1] - half[1], 1)
+        out[name] = {
+            "rss_mb": {"start": samples[0][1], "half": half[1], "end": samples[-1][1], "peak": peaks[name]},
+            "growth_second_half_mb": growth,
+            "held": growth < GROWTH_MB,
+            "samples": samples,
+        }
+    out["held"] = all(out[name]["held"] for name in pids) and seen["completed"] == seen["done"]
+    return out
+
+
+async def _sessions(
+    rollout: str, token: str, spec: dict, tasks: int, open_tasks: int, pids: dict[str, int]
+) -> dict[str, Any]:
+    headers = {"x-polar-control-token": token}
+    every = max(1, tasks * spec["num_samples"] // _SAMPLES)
+    samples: list[tuple[int, dict[str, float]]] = []
+    done = completed = 0
+    pending = list(range(tasks))
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        while True:  # the node registers on its own, a moment after it listens
+            async with http.get(rollout + "/nodes") as resp:
+                if any(n["healthy"] for n in (await resp.json())["nodes"]):
+                    break
+            await asyncio.sleep(0.2)
+        samples.append((0, {name: rss_mb(pid) for name, pid in pids.items()}))
+        running: set[str] = set()
+        while pending or running:
+            while pending and len(running) < open_tasks:
+                task_id = f"t{pending.pop(0)}"
+                async with http.post(rollout + "/tasks", json=spec | {"task_id": task_id}, headers=headers) as resp:
+                    if resp.status != 201:
+                        raise RuntimeError(f"submit: HTTP {resp.status}: {(await resp.read())[:300]!r}")
+                running.add(task_id)
+            await asyncio.sleep(0.2)
+            for task_id in list(running):
+                async with http.get(f"{rollout}/tasks/{task_id}") as resp:
+                    body = await resp.json()
+                states = [s["state"] for s in body["sessions"]]
+                if all(s in ("completed", "error", "timeout", "cancelled") for s in states):
+                    running.discard(task_id)
+                    before, done = done, done + len(states)
+                    completed += states.count("completed")
+                    if done // every > before // every or not (pending or running):
+                        samples.append((done, {name: rss_mb(pid) for name, pid in pids.items()}))
+    return {"samples": samples, "done": done, "completed": completed, "seconds": time.monotonic() - t0}

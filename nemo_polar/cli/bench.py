@@ -43,7 +43,7 @@ def _bench_long(args: argparse.Namespace) -> int:
 
 
 def _bench_memory(args: argparse.Namespace) -> int:
-    from ..bench.memory import SHAPES, run
+    from ..bench.memory import SHAPES, run, servers
 
     shapes = tuple(args.shapes.split(",")) if args.shapes else SHAPES
     unknown = sorted(set(shapes) - set(SHAPES))
@@ -58,6 +58,9 @@ def _bench_memory(args: argparse.Namespace) -> int:
         seed=args.seed,
         shapes=shapes,
     )
+    if args.sessions:
+        result["servers"] = servers(sessions=args.sessions)
+        result["held"] = result["held"] and result["servers"]["held"]
     _print(result, args)
     return 0 if result["held"] else 1
 
@@ -65,7 +68,7 @@ def _bench_memory(args: argparse.Namespace) -> int:
 def _bench_fuzz(args: argparse.Namespace) -> int:
     from ..bench.fuzz import run
 
-    result = run(per_route=args.per_route, seed=args.seed, concurrency=args.concurrency)
+    result = run(per_route=args.per_route, seed=args.seed, concurrency=args.concurrency, context_kb=args.context_kb)
     _print(result, args)
     held = not (result["unhandled_5xx"] or result["not_dialect_shaped"] or result["lost_records"])
     return 0 if held and not result["wrong_session"] and result["writer_alive"] else 1
@@ -142,10 +145,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     bmem.add_argument("--turn-kb", type=int, default=4, help="what each turn adds to a history")
     bmem.add_argument("--shapes", default=None, help="comma-separated, default all")
     bmem.add_argument("--seed", type=int, default=0)
+    bmem.add_argument(
+        "--sessions", type=int, default=800, help="sessions through a rollout server and a gateway node (0: none)"
+    )
     bfuzz = _add(bench, "fuzz", "seeded mutated requests on every model route and the task route", _bench_fuzz)
     bfuzz.add_argument("--per-route", type=int, default=10_000, help="requests per route (5 model routes + tasks)")
     bfuzz.add_argument("--seed", type=int, default=0)
     bfuzz.add_argument("--concurrency", type=int, default=16)
+    bfuzz.add_argument("--context-kb", type=int, default=0, help="context of its own in each model request")
     bload = _add(bench, "load", "many harness sessions streaming at once through one proxy", _bench_load)
     bload.add_argument("--sessions", type=int, default=512)
     bload.add_argument("--seconds", type=float, default=120.0)

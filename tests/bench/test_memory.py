@@ -5,7 +5,11 @@ shapes, and one whose open sessions are not bounded by bytes fails the open one.
 
 from __future__ import annotations
 
-from nemo_polar.bench.memory import GROWTH_MB, OPEN_FACTOR, SHAPES, run
+import os
+
+import pytest
+
+from nemo_polar.bench.memory import GROWTH_MB, OPEN_FACTOR, SHAPES, run, servers
 
 
 def test_memory_follows_what_is_open_not_the_number_of_calls():
@@ -23,4 +27,15 @@ def test_memory_follows_what_is_open_not_the_number_of_calls():
     # and the proxy holds no more than the bound allows
     assert opened["rss_mb"]["end"] - opened["rss_mb"]["start"] <= OPEN_FACTOR * cache_mb, opened["samples"]
     assert opened["rss_mb"]["end"] - opened["rss_mb"]["start"] > cache_mb / 2, opened["samples"]  # it does keep
+    assert out["held"]
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap: the sessions run in local sandboxes")
+def test_the_rollout_server_and_a_gateway_node_stay_flat_over_many_sessions():
+    out = servers(sessions=160, group=8, open_tasks=2)
+    assert out["sessions"] == out["completed"] == 160, out
+    for name in ("rollout_server", "gateway_node"):
+        process = out[name]
+        assert len(process["samples"]) >= 10 and process["rss_mb"]["end"] > 0, (name, process)
+        assert process["growth_second_half_mb"] < GROWTH_MB, (name, process["samples"])
     assert out["held"]

@@ -362,7 +362,11 @@ class Pipeline(Generic[D]):
     def _finish(self, s: Job[D], final: SessionState, cause: str | None) -> None:
         s.state = final
         self._live.pop(s.session_id, None)
-        self._groups.get(s.group, set()).discard(s)
+        group = self._groups.get(s.group)
+        if group is not None:
+            group.discard(s)
+            if not group:  # a finished group's entry goes with its last session: a node runs groups for days
+                del self._groups[s.group]
         self._emit(s, final, cause)
         if s.future is not None and not s.future.done():
             s.future.set_result(s)

@@ -338,3 +338,21 @@ def test_pause_holds_run_starts_and_resume_releases_them():
             assert (await fut).state is S.COMPLETED
 
     go(body())
+
+
+def test_a_pipeline_holds_nothing_of_the_sessions_it_finished():
+    """A node runs groups for days: once their sessions end (done, failed or cancelled), nothing of them or
+    of their group is left in the pipeline."""
+
+    async def body():
+        f = Fake()
+        async with Pipeline(2, 2, 2, 2, f) as p:
+            done = [p.submit(sess(i, group=f"g{i // 4}", run=0)) for i in range(12)]
+            failed = p.submit(sess(12, group="g3", init_error=True, run=0))
+            held = p.submit(sess(13, group="g4", run=None))
+            await asyncio.gather(*done, failed)
+            assert p.cancel_group("g4", "early stop") == 1
+            await held
+            assert (p._live, p._groups) == ({}, {})
+
+    go(body())
