@@ -23,6 +23,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.responses import Response
 
+from .session_cache import SessionCache
+
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 SLOW_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -49,8 +51,9 @@ class Gauges(Collector):
 class ProxyMetrics:
     """Counted once per call, where the call's record is made."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: SessionCache | None = None) -> None:
         self.registry = CollectorRegistry()
+        self.cache = cache  # what open sessions hold (session_cache.py)
         r = self.registry
         self.calls = Counter(
             "polar_proxy_calls", "model calls, by dialect and record status", ["dialect", "status"], registry=r
@@ -107,6 +110,26 @@ class ProxyMetrics:
             [],
             {(): self._busy.fraction()},
         )
+        if self.cache is not None:
+            cache = self.cache
+            yield (
+                "polar_proxy_session_cache_bytes",
+                "what open sessions hold to make their next calls cheap",
+                [],
+                {(): cache.bytes},
+            )
+            yield (
+                "polar_proxy_session_cache_limit_bytes",
+                "its bound (limits.session_cache_bytes)",
+                [],
+                {(): cache.limit},
+            )
+            yield (
+                "polar_proxy_session_cache_evicted",
+                "values dropped to stay under the bound, ever",
+                [],
+                {(): cache.evicted},
+            )
 
 
 class Busy:

@@ -39,7 +39,7 @@ import orjson
 from .chat import as_list
 from .errors import PolarError
 from .records import CompletionRecord
-from .session_cache import SessionCache, ids_bytes
+from .session_cache import SessionCache, ids_bytes, kept_json
 
 # Every key the proxy mints (proxy/sessions.new_key): redacted from stored bytes wherever it appears
 KEY_PATTERN = re.compile(rb"sk-polar-[A-Za-z0-9_-]{32}")
@@ -260,7 +260,7 @@ def _items(value: list, before: _List | None) -> tuple[bytes, list[int], int]:
         end = 1 + sum(before.lengths[:same]) + same - 1  # past the last item kept
         joined = before.joined[:end] + b"".join(b"," + item for item in new) + b"]"
         return joined, before.lengths[:same] + [len(i) for i in new], same
-    joined = orjson.dumps(value)
+    joined = kept_json(value)
     end = len(before.joined) - 1  # where `before`'s closing bracket was
     if joined.startswith(memoryview(before.joined)[:end]) and joined[end : end + 1] in (b",", b"]"):
         keep = len(before.lengths)

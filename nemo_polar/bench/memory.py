@@ -150,7 +150,10 @@ def run(
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "shapes": {s: _shape(s, calls, cache_mb, prompt_kb, turns, turn_kb, seed) for s in shapes},
-        "bars": {"growth_second_half_mb_below": GROWTH_MB, "open_rss_above_start_at_most": f"{OPEN_FACTOR} x cache_mb"},
+        "bars": {
+            "growth_second_half_mb_below": GROWTH_MB,
+            "open_rss_above_start_at_most": f"{OPEN_FACTOR} x cache_mb",
+        },
         "dialects": list(DIALECTS),
         "cpus": os.cpu_count(),
     }

@@ -143,7 +143,9 @@ def dialect_call(
         return "/v1/messages", body, {"x-api-key": key, "anthropic-version": "2023-06-01"}
     if dialect == "gemini":
         path = "/v1beta/models/m:" + ("streamGenerateContent?alt=sse" if stream else "generateContent")
-        contents = [{"role": "model" if role == "assistant" else role, "parts": [{"text": text}]} for role, text in turns]
+        contents = [
+            {"role": "model" if role == "assistant" else role, "parts": [{"text": text}]} for role, text in turns
+        ]
         return path, {"contents": contents, "generationConfig": {"maxOutputTokens": tokens}}, {"x-goog-api-key": key}
     raise ValueError(f"unknown dialect {dialect}")
 

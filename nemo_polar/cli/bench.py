@@ -137,7 +137,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     blong.add_argument("--window", type=int, default=20, help="turns at each end whose latency is compared")
     blong.add_argument("--tokenizer", default=None, help="tokenizer folder for real ids (default: the tiny model's)")
     blong.add_argument("--keep", default=None, help="copy each mode's record store into this folder")
-    bmem = _add(bench, "memory", "the proxy's RSS over many calls of each shape: new, open, growing, edited", _bench_memory)
+    bmem = _add(
+        bench, "memory", "the proxy's RSS over many calls of each shape: new, open, growing, edited", _bench_memory
+    )
     bmem.add_argument("--calls", type=int, default=700, help="calls per shape, one after another")
     bmem.add_argument("--cache-mb", type=int, default=256, help="the session cache's bound (new_open)")
     bmem.add_argument("--prompt-kb", type=int, default=1024, help="each new prompt's size")

@@ -49,7 +49,7 @@ class Proxy:
         up = config.upstream
         self.backend = BACKENDS[up.engine](up.sampling)
         self.upstream = Upstream(up.timeout_s, up.connect_timeout_s)
-        self.metrics = ProxyMetrics()
+        self.metrics = ProxyMetrics(self.store.cache)
         self.gate = GenerationGate(config.pause_wait_s, self.metrics.upstream)
         self.targets = Targets(up)
         recorder = Recorder(self.store, self.sessions, self.backend, self.metrics, self.targets, config.store.durable)

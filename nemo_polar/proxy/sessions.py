@@ -16,7 +16,6 @@ from typing import Any
 
 from ..chat import Completion, ToolCall, Usage
 from ..records import Session
-from ..session_cache import ids_bytes
 from ..store import SqliteStore, key_hash
 from .history import Histories
 from .prompt_ids import PromptIds

@@ -30,7 +30,9 @@ def test_memory_follows_what_is_open_not_the_number_of_calls():
     assert out["held"]
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap: the sessions run in local sandboxes")
+@pytest.mark.skipif(
+    not os.path.exists("/usr/bin/bwrap"), reason="needs bubblewrap: the sessions run in local sandboxes"
+)
 def test_the_rollout_server_and_a_gateway_node_stay_flat_over_many_sessions():
     out = servers(sessions=160, group=8, open_tasks=2)
     assert out["sessions"] == out["completed"] == 160, out

@@ -14,6 +14,7 @@ import orjson
 
 from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage, same_prefix
 from ...errors import InvalidUpstream, UpstreamError
+from ...session_cache import kept_json
 from ..splice import SpliceIndex
 
 
@@ -45,7 +46,7 @@ def body_json(body: dict[str, Any], messages: list[Message]) -> bytes:
             wire.append(d)
         else:
             if m.chat_json is None:
-                m.chat_json = orjson.Fragment(orjson.dumps(d))
+                m.chat_json = orjson.Fragment(kept_json(d))
             wire.append(m.chat_json)
     messages[0].chat_run = (sent, wire)
     return orjson.dumps({**body, "messages": wire})

@@ -27,7 +27,9 @@ class ToolCall(_Wire):
 
 class ChatMessage(_Wire):
     _canonical: Any = PrivateAttr(default=None)  # what it converts to, once (dialects.base.converted)
-    _run: Any = PrivateAttr(default=None)  # on a history's first item: its last call's messages (dialects.base.converted_all)
+    _run: Any = PrivateAttr(
+        default=None
+    )  # on a history's first item: its last call's messages (dialects.base.converted_all)
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[dict[str, Any]] | None = None
     name: str | None = None
