@@ -80,6 +80,7 @@ def _cluster_slurm(args: argparse.Namespace) -> int:
         "nodes": [n for n in nodes if n],
         "jobs": c.jobs() if alive else [],
         "network": {k: net[k] for k in ("bridge", "subnet", "links")} if net else None,
+        "env": str(c.root / "env.sh") if alive else None,  # what a launch needs here, written by `up`
     }
     if args.json:
         print(json.dumps(state))
@@ -87,7 +88,11 @@ def _cluster_slurm(args: argparse.Namespace) -> int:
         print(f"daemons: {', '.join(alive) or 'none'}; nodes: {'; '.join(state['nodes']) or 'none'}")
         if net:
             print(f"bridge {net['bridge']} ({net['subnet']}), links {', '.join(net['links'])}")
-        print(f"export SLURM_CONF={c.conf}" if alive else f"(polar cluster slurm up --root {args.root})")
+        print(
+            f"source {state['env']}   # then polar launch slurm"
+            if alive
+            else f"(polar cluster slurm up --root {args.root})"
+        )
     return 0 if alive else 1
 
 

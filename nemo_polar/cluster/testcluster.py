@@ -29,10 +29,12 @@ import ipaddress
 import json
 import os
 import shutil
+import shlex
 import signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -135,6 +137,35 @@ class SlurmTestCluster:
     def env(self) -> dict[str, str]:
         """What a Slurm client needs to find this cluster."""
         return {"SLURM_CONF": str(self.conf)}
+
+    def launch_env(self) -> dict[str, str]:
+        """What `polar launch slurm` needs on this cluster beyond a Slurm client's settings, so that nothing is
+        set by hand (`up` writes it to `env.sh`): `polar` and Ray's CLI on PATH (ray.sub runs `ray`; NeMo-RL's
+        environment has it), NeMo-RL where it is found, Ray's token auth off (a `~/.ray/auth_token` left by an
+        earlier Ray makes ray.sub's head want a token its own `ray status` does not send, and the job waits
+        forever), and, in host mode, a sidecar image name (recorded by our SPANK plugin, not used)."""
+        from ..nemo_rl import NemoRLNotFound, locate
+
+        env = self.env | {"RAY_AUTH_MODE": "disabled"}
+        path = [str(Path(sys.executable).parent)]
+        try:
+            found = locate()
+        except NemoRLNotFound:
+            found = None
+        if found is not None:
+            env |= {"NEMO_RL_DIR": str(found.dir), "NEMO_RL_PYTHON": str(found.python)}
+            path.append(str(found.python.parent))
+        env["PATH"] = os.pathsep.join([*dict.fromkeys(path), os.environ.get("PATH", "")])
+        if self.mode == "host":
+            env["POLAR_CONTAINER"] = os.environ.get("POLAR_CONTAINER", "nemo-polar:local")
+        return env
+
+    def _write_launch_env(self) -> Path:
+        script = self.root / "env.sh"
+        lines = ["# polar cluster slurm: what `polar launch slurm` needs here (source this file)"]
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.launch_env().items()]
+        script.write_text("\n".join(lines) + "\n")
+        return script
 
     def client(self, *argv: str, timeout: float = 30) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -290,15 +321,15 @@ class SlurmTestCluster:
             netns.plug(self.bridge, link, init.pid)
             self._child(init, "slurmd")
 
-    def up(self, timeout_s: float = 30.0) -> None:
-        """Start munged, slurmctld and the slurmds; return when every node is idle. A running cluster is left as it
-        is."""
+    def up(self, timeout_s: float = 30.0) -> Path:
+        """Start munged, slurmctld and the slurmds; return when every node is idle, with the script that sets what a
+        launch needs here (`launch_env`). A running cluster is left as it is."""
         why = missing() or (netns.missing() if len(self.names) > 1 else None)
         if why:
             raise ConfigError(f"cannot start a Slurm cluster here: {why}")
         if any(d.alive() for d in self.daemons()):
             if self.ready():
-                return
+                return self._write_launch_env()
             raise ConfigError(f"{self.root}: a cluster's daemons run but its nodes are not idle ({self.log_tail()})")
         if self.network():
             self.down()  # what a crashed cluster left
@@ -331,6 +362,7 @@ class SlurmTestCluster:
             tail = self.log_tail()
             self.down()
             raise ConfigError(f"the Slurm test cluster did not come up: {exc}; {tail}") from None
+        return self._write_launch_env()
 
     def ready(self) -> bool:
         out = self.client("sinfo", "-h", "-N", "-o", "%T", timeout=10)

@@ -22,7 +22,7 @@ import pytest
 
 from nemo_polar.cluster.slurm import ENDED, follow
 
-from ..conftest import NEMO_RL, requires_nemo_rl
+from ..conftest import requires_nemo_rl
 from .conftest import requires_nodes
 
 RECIPE = "recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
@@ -33,22 +33,19 @@ UV += 'PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" exec "$NEMO_RL_PYTHON" "$@"\
 
 
 def _launch_env(tmp_path: Path, cluster) -> dict[str, str]:
+    """What `source <cluster>/env.sh` sets (`polar cluster slurm up` writes it), the stand-in for `uv`, and a HOME
+    with a stale Ray token (left by an earlier Ray): the launch needs nothing set by hand."""
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "uv").write_text(UV)
     (tmp_path / "bin" / "uv").chmod(0o755)
-    (tmp_path / "home").mkdir()  # no ~/.ray/auth_token from earlier Ray runs: ray status would lack the token
-    path = [str(tmp_path / "bin"), str(Path(sys.executable).parent), str(NEMO_RL.python.parent)]  # polar, ray
-    return (
-        os.environ
-        | cluster.env
-        | {
-            "PATH": os.pathsep.join(path + [os.environ["PATH"]]),
-            "HOME": str(tmp_path / "home"),
-            "NEMO_RL_DIR": str(NEMO_RL.dir),
-            "NEMO_RL_PYTHON": str(NEMO_RL.python),
-            "PYTHONDONTWRITEBYTECODE": "1",  # nothing written into the checkout
-        }
-    )
+    (tmp_path / "home" / ".ray").mkdir(parents=True)
+    (tmp_path / "home" / ".ray" / "auth_token").write_text("a-token-from-an-earlier-ray\n")
+    env = os.environ | cluster.launch_env()
+    return env | {
+        "PATH": os.pathsep.join([str(tmp_path / "bin"), env["PATH"]]),
+        "HOME": str(tmp_path / "home"),
+        "PYTHONDONTWRITEBYTECODE": "1",  # nothing written into the checkout
+    }
 
 
 def _processes_naming(text: str) -> list[str]:
@@ -70,7 +67,7 @@ def _launch(cluster, nodes: int, tmp_path: Path) -> tuple[dict, Path, str, float
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", str(nodes), "--recipe", RECIPE,
-         "--wait", "--json", "--no-check", "polar.container=nemo-polar:test", f"run_dir={run_dir}",
+         "--wait", "--json", "--no-check", f"run_dir={run_dir}",
          f"topology.store_dir={store}"],
         capture_output=True, text=True, timeout=400, env=_launch_env(tmp_path, cluster),
     )  # fmt: skip
@@ -158,7 +155,7 @@ def test_polar_learn_as_the_driver_trains_on_rollouts_from_both_nodes(slurm_clus
     run_dir, store = tmp_path / "run", tmp_path / "store"
     done = subprocess.run(
         [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--learn", "--wait", "--json",
-         "polar.container=nemo-polar:test", f"run_dir={run_dir}", f"topology.store_dir={store}", *LEARN],
+         f"run_dir={run_dir}", f"topology.store_dir={store}", *LEARN],
         capture_output=True, text=True, timeout=1200, env=_launch_env(tmp_path, slurm_cluster2),
     )  # fmt: skip
     job = json.loads(done.stdout)
@@ -215,7 +212,7 @@ def test_a_node_lost_then_scancel_loses_no_result_trains_no_lost_session_and_lea
     env = _launch_env(tmp_path, lossy_cluster)
     done = subprocess.run(
         [sys.executable, "-m", "nemo_polar.cli", "launch", "slurm", "--nodes", "2", "--learn", "--json",
-         "polar.container=nemo-polar:test", f"run_dir={run_dir}", f"topology.store_dir={store}", "steps=50",
+         f"run_dir={run_dir}", f"topology.store_dir={store}", "steps=50",
          f"prompts={PROMPTS}", f"samples={SAMPLES}"],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip

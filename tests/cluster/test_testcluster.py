@@ -151,3 +151,22 @@ def test_two_nodes_in_their_own_namespaces_reach_only_each_other_and_stop_leavin
     assert not _links() & {net["bridge"], *net["links"]}
     assert Path("/proc/self/mountinfo").read_text().count(str(tmp_path)) == mounts_before
     assert not _cmdlines_with(str(c.conf)) and not any((FREEZER / f"slurm_{n}").exists() for n in c.names)
+
+
+@requires_slurm
+def test_up_leaves_a_launch_nothing_to_set_by_hand(slurm_cluster, tmp_path):
+    """`up` writes env.sh; sourced in a shell that has nothing of ours (a bare PATH, no SLURM_CONF, no image), a
+    launch finds the cluster, `polar`, Ray's CLI where NeMo-RL is found, and a sidecar image name."""
+    script = slurm_cluster.root / "env.sh"
+    ours = ("SLURM_CONF", "POLAR_CONTAINER", "RAY_AUTH_MODE", "NEMO_RL_PYTHON", "VIRTUAL_ENV")
+    bare = {k: v for k, v in os.environ.items() if k not in ours} | {"PATH": "/usr/bin:/bin"}
+    launch = f"polar launch slurm --nodes 1 --learn --dry-run --json --no-check run_dir={tmp_path}"
+    done = subprocess.run(
+        ["bash", "-c", f"source {script} && command -v ray; {launch}"],
+        env=bare, capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "nemo-polar:local" in done.stdout and str(slurm_cluster.conf) in script.read_text()
+    assert "RAY_AUTH_MODE=disabled" in script.read_text()
+    if os.environ.get("NEMO_RL_DIR"):
+        assert done.stdout.startswith("/") and done.stdout.split()[0].endswith("/ray")  # ray.sub runs `ray`
