@@ -28,8 +28,8 @@ import hashlib
 import ipaddress
 import json
 import os
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import stat
