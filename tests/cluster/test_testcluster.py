@@ -140,7 +140,9 @@ def test_two_nodes_in_their_own_namespaces_reach_only_each_other_and_stop_leavin
         # every process living in a node's namespaces now (ids name a namespace only while it lives: the kernel
         # reuses them), known by pid and start time
         kept = set().union(*(set(ns.values()) for ns in net["nodes"].values()))
-        inside = {(pid, _started(pid)) for pid in netns.processes_in(kept)}
+        inside = {
+            (pid, start) for pid in netns.processes_in(kept) if (start := _started(pid)) is not None
+        }  # not zombies
         assert {d.pid for d in c.daemons() if d.node} <= {pid for pid, _ in inside}
     finally:
         stopped = c.down()
