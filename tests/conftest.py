@@ -9,6 +9,8 @@ import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.config import ProxyConfig
+from nemo_polar.local import docker_engine
+from nemo_polar.local.docker_engine import DockerEngine
 from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
 from nemo_polar.nemo_rl import NemoRLNotFound, locate
 from nemo_polar.nemo_rl.server import NEMO_RL_VLLM_PYTHON, NemoRLServer
@@ -77,6 +79,29 @@ def nemo_rl_server(tmp_path_factory) -> Iterator[NemoRLServer]:
     log = tmp_path_factory.mktemp("nemo_rl_server") / "server.log"
     with NemoRLServer(port=free_port(), served_name=NEMO_RL_SERVED, sampling=NEMO_RL_PAIR, log_path=log) as server:
         yield server
+
+
+DOCKER_MISSING = docker_engine.missing()
+requires_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
+
+
+@pytest.fixture(scope="session")
+def docker(tmp_path_factory) -> Iterator[DockerEngine]:
+    """A Docker engine of the tests' own (its own data root and socket; DOCKER_HOST points at it while it runs),
+    with the set-up's root filesystems imported as `polar-bookworm:local` and `polar-bookworm-python:local`.
+    Stopped at the end: no dockerd, container or mount of it left."""
+    if DOCKER_MISSING:
+        pytest.skip(DOCKER_MISSING)
+    engine = DockerEngine(tmp_path_factory.mktemp("docker"))
+    engine.up()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("DOCKER_HOST", engine.env["DOCKER_HOST"])
+    try:
+        yield engine
+    finally:
+        mp.undo()
+        engine.down()
+    assert not engine.alive() and not engine.mounts()
 
 
 @pytest.fixture

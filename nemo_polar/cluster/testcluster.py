@@ -36,10 +36,10 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from .. import daemons
+from ..daemons import Daemon, proc_stat, wait
 from ..errors import ConfigError
 from ..local.vllm_server import DEPS
 from . import netns
@@ -62,46 +62,6 @@ def missing() -> str | None:
     if not (FREEZER / "cgroup.procs").exists():
         return "no cgroup v1 freezer: Slurm 22.05's proctrack/cgroup needs it (linuxproc lets Ray outlive jobs)"
     return None
-
-
-def _stat(pid: int) -> tuple[str, str, int, str] | None:
-    """(name, state, parent pid, start time in clock ticks) of process `pid`, from /proc/<pid>/stat."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return raw[raw.index("(") + 1 : raw.rindex(")")], fields[0], int(fields[1]), fields[19]
-
-
-def _proc_identity(pid: int) -> tuple[str, str] | None:
-    """(name, start time) of a live process; None if there is none (or only its zombie, reaped here where it is
-    our child)."""
-    st = _stat(pid)
-    if st is None:
-        return None
-    if st[1] in ("Z", "X"):
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-        return None
-    return st[0], st[3]
-
-
-@dataclass
-class Daemon:
-    name: str
-    pid: int
-    start: str  # /proc start time: with the name, what tells this process from a later one with its pid
-    node: str = ""  # on a several-node cluster, the node this process is (unshare, the node's pid 1) or runs
-
-    def alive(self) -> bool:
-        return _proc_identity(self.pid) == (self.name[:15], self.start)
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            os.kill(self.pid, sig)
 
 
 class SlurmTestCluster:
@@ -260,17 +220,7 @@ class SlurmTestCluster:
         return d
 
     def _start(self, name: str, argv: list[str], node: str = "") -> Daemon:
-        log = open(self.root / "log" / f"{name}{'-' + node if node else ''}.out", "ab")  # noqa: SIM115 (closed below)
-        try:
-            p = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-        finally:
-            log.close()
-        for _ in range(100):
-            ident = _proc_identity(p.pid)
-            if ident:
-                break
-            time.sleep(0.01)
-        return self._add(Daemon(Path(argv[0]).name, p.pid, ident[1] if ident else "", node))
+        return self._add(daemons.start(argv, self.root / "log" / f"{name}{'-' + node if node else ''}.out", node))
 
     def _child(self, parent: Daemon, name: str, timeout_s: float = 15.0) -> Daemon:
         """`parent`'s child named `name` (once it has exec'd), as this machine's /proc knows it: its host pid."""
@@ -278,13 +228,13 @@ class SlurmTestCluster:
 
         def look() -> bool:
             for proc in Path("/proc").glob("[0-9]*"):
-                st = _stat(int(proc.name))
+                st = proc_stat(int(proc.name))
                 if st and st[2] == parent.pid and st[0] == name[:15]:
                     found.append(Daemon(st[0], int(proc.name), st[3], parent.node))
                     return True
             return not parent.alive()
 
-        _wait(look, timeout_s, f"{name} under {parent.name} {parent.pid} on {parent.node}", fail=False)
+        wait(look, timeout_s, f"{name} under {parent.name} {parent.pid} on {parent.node}", fail=False)
         if not found:
             raise ConfigError(f"node {parent.node}: no {name} started ({self.log_tail()})")
         return self._add(found[0])
@@ -345,7 +295,7 @@ class SlurmTestCluster:
              f"--log-file={self.root / 'log/munged.log'}"],
         )  # fmt: skip
         if (
-            not _wait(lambda: sock.exists() or not munged.alive(), 10, "munged's socket", fail=False)
+            not wait(lambda: sock.exists() or not munged.alive(), 10, "munged's socket", fail=False)
             or not sock.exists()
         ):
             tail = self.log_tail()
@@ -357,7 +307,7 @@ class SlurmTestCluster:
                 self._start_nodes()
             else:
                 self._start("slurmd", ["/usr/sbin/slurmd", "-D", "-f", str(self.conf), "-N", self.node])
-            _wait(self.ready, timeout_s, "the nodes to be idle")
+            wait(self.ready, timeout_s, "the nodes to be idle")
         except ConfigError as exc:
             tail = self.log_tail()
             self.down()
@@ -383,14 +333,7 @@ class SlurmTestCluster:
         return out.stdout.split() if out.returncode == 0 else []
 
     def _stop(self, live: list[Daemon]) -> None:
-        """SIGTERM, then SIGKILL after grace_s, to processes still named as recorded."""
-        live = [d for d in live if d.alive()]
-        for d in live:
-            d.signal(signal.SIGTERM)
-        if not _wait(lambda: not any(d.alive() for d in live), self.grace_s, "", fail=False):
-            for d in live:
-                d.signal(signal.SIGKILL)  # a node's pid 1 killed ends every process in its pid namespace
-            _wait(lambda: not any(d.alive() for d in live), 5, "", fail=False)
+        daemons.stop(live, self.grace_s)
 
     def lose(self, name: str) -> list[str]:
         """Node `name` gone at once, as a machine that loses its power: its pid 1 killed, and with it every process
@@ -400,7 +343,7 @@ class SlurmTestCluster:
             raise ConfigError(f"no running node {name} of several here (nodes: {', '.join(self.names)})")
         for d in inits:
             d.signal(signal.SIGKILL)  # the pid namespace ends with its pid 1
-        _wait(lambda: not any(d.alive() for d in inits), 10, f"node {name} to go")
+        wait(lambda: not any(d.alive() for d in inits), 10, f"node {name} to go")
         return [f"{d.name} {d.pid} ({d.node})" for d in inits]
 
     def down(self) -> list[str]:
@@ -410,7 +353,7 @@ class SlurmTestCluster:
         daemons, net = self.daemons(), self.network()
         if any(d.name == "slurmctld" and d.alive() for d in daemons) and self.jobs():
             self.client("scancel", *self.jobs(), timeout=10)
-            _wait(lambda: not self.jobs(), 30 + self.grace_s, "the jobs to end", fail=False)
+            wait(lambda: not self.jobs(), 30 + self.grace_s, "the jobs to end", fail=False)
         stopped = []
         nodes = [d for d in daemons if d.node and d.name != "slurmd"]
         groups = [
@@ -425,7 +368,7 @@ class SlurmTestCluster:
             self._stop(live)
             stopped += [f"{d.name} {d.pid}" + (f" ({d.node})" if d.node else "") for d in live]
         if net:
-            _wait(lambda: not any(netns.link_exists(x) for x in net["links"]), 10, "", fail=False)
+            wait(lambda: not any(netns.link_exists(x) for x in net["links"]), 10, "", fail=False)
             for link in net["links"] + [net["bridge"]]:  # a veth goes with its namespace; the bridge is ours to end
                 if netns.delete_link(link):
                     stopped.append(f"link {link}")
@@ -450,17 +393,6 @@ def _real_memory_mb() -> int:
         if word.startswith("RealMemory="):
             return int(int(word.split("=")[1]) * 0.9)
     return 1024
-
-
-def _wait(ok, timeout_s: float, what: str, fail: bool = True) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ok():
-            return True
-        time.sleep(0.2)
-    if fail:
-        raise ConfigError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-    return False
 
 
 def _remove_freezer(top: Path) -> None:

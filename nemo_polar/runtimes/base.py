@@ -88,6 +88,13 @@ class Runtime(Plugin, ABC):
         return True
 
     @classmethod
+    def reap(cls, root: Path) -> list[str]:
+        """What sessions under `root` (a node's folder) left running when their node died, removed; the node
+        calls it as it starts. A kind whose sandboxes die with the node (bubblewrap's --die-with-parent) has
+        nothing to reap."""
+        return []
+
+    @classmethod
     def image_ref(cls, image: str) -> str:
         """A registry image name (`python:3.11`) as this kind's `image` setting writes it."""
         return image

@@ -37,6 +37,10 @@ def container_name(session_id: str) -> str:
     return "polar-" + re.sub(r"[^a-zA-Z0-9_.-]", "-", session_id)[:100]
 
 
+SESSION_LABEL = "nemo_polar.session"
+ROOT_LABEL = "nemo_polar.root"  # the node's folder: a node that restarts finds its own containers, and no other's
+
+
 def container_kwargs(
     spec: RuntimeSpec,
     settings: EngineSettings,
@@ -45,6 +49,7 @@ def container_kwargs(
     command: list[str],
     workdir: str,
     user: str | None = None,
+    root: str = "",
 ) -> dict[str, Any]:
     """The keyword arguments of `client.containers.run` for one session (a pure function)."""
     kwargs: dict[str, Any] = {
@@ -57,7 +62,7 @@ def container_kwargs(
         "volumes": {str(b.host): {"bind": str(b.inside), "mode": "rw" if b.writable else "ro"} for b in binds},
         "working_dir": workdir,
         "environment": {"HOME": str(CONTAINER_HOME)} | spec.env,
-        "labels": {"nemo_polar.session": name},
+        "labels": {SESSION_LABEL: name, ROOT_LABEL: root},
         "user": user,  # the gateway's uid: files in the working copy stay ours to read and remove
     }
     if settings.cpus is not None:
@@ -86,9 +91,25 @@ class DockerRuntime(ContainerRuntime):
         import docker  # the `docker` extra
 
         super().__init__(spec, settings, root, session_id, proxy_url)
+        self.root = str(Path(root).resolve())
         self.instance = container_name(session_id)
         self.client = docker.from_env()
         self.container = None
+
+    @classmethod
+    def reap(cls, root: Path) -> list[str]:
+        """The containers labelled with `root` (a node's folder) that a node killed mid-session left, removed.
+        Nothing when the docker SDK or an engine is not there: then there is nothing of ours to find."""
+        try:
+            import docker
+
+            client = docker.from_env(timeout=10)
+            found = client.containers.list(all=True, filters={"label": f"{ROOT_LABEL}={Path(root).resolve()}"})
+        except Exception:  # noqa: BLE001 - no SDK, no engine: no container of ours either
+            return []
+        for container in found:
+            _remove(container)
+        return [c.name for c in found]
 
     @property
     def user(self) -> str | None:
@@ -100,7 +121,14 @@ class DockerRuntime(ContainerRuntime):
             await self._prepare()
             command = self.forwarded(["sleep", "infinity"], ready=True)
             kwargs = container_kwargs(
-                self.spec, self.settings, self.instance, self.binds(), command, str(self.inside_work), self.user
+                self.spec,
+                self.settings,
+                self.instance,
+                self.binds(),
+                command,
+                str(self.inside_work),
+                self.user,
+                self.root,
             )
             self.container = await asyncio.to_thread(self.client.containers.run, **kwargs)
             if self.tunnel is not None:

@@ -1,26 +1,21 @@
-"""DockerRuntime on a real engine, where one answers (its arguments: test_container.py)."""
+"""DockerRuntime on a real engine: the tests' own dockerd (tests/conftest.py `docker`), images imported from the
+set-up's Debian root filesystems (its arguments alone: test_container.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 
+from nemo_polar.local.docker_engine import image_name
 from nemo_polar.runtimes import TIMEOUT_RC
-from nemo_polar.runtimes.docker import container_name, exec_argv
+from nemo_polar.runtimes.docker import ROOT_LABEL, DockerRuntime, container_name, exec_argv
 from nemo_polar.runtimes.spec import RuntimeSpec
 
-IMAGE = "python:3.11-slim"
+from ..conftest import requires_docker
 
-
-def _engine_reason() -> str | None:
-    try:
-        import docker
-
-        docker.from_env().ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to test against
-        return f"no docker engine answers here ({type(exc).__name__}): engine tests need one"
-    return None
+IMAGE = image_name("bookworm-python")  # python3 for the probes; the harness toolchain comes from /polar/tools
 
 
 def test_names_and_exec_deadlines():
@@ -29,41 +24,85 @@ def test_names_and_exec_deadlines():
     assert exec_argv(["make"], 5) == ["timeout", "-k", "2", "5.000", "make"]
 
 
-# --- a real engine ---------------------------------------------------------------------------------
-needs_engine = pytest.mark.skipif(_engine_reason() is not None, reason=_engine_reason() or "")
+# the memory limit, then the CPU quota and period, as the container's own cgroup says (v1, else v2)
+CGROUP_LIMITS = (
+    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+    " /sys/fs/cgroup/cpu/cpu.cfs_period_us 2>/dev/null || cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpu.max"
+)
 
 
-@needs_engine
-def test_a_container_session_reaches_only_the_proxy_and_goes_away(proxy, tmp_path):
-    import docker
+def _connects(host: str, port: int) -> str:
+    """A python3 one-liner that prints `open` if a TCP connection to host:port is made within 3 s."""
+    return f"import socket; socket.create_connection(({host!r}, {port}), 3); print('open')"
 
+
+def _host_addresses() -> list[str]:
+    """This machine's own IPv4 addresses (its interfaces'), as a container would try to reach it."""
+    found = {a[4][0] for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
+    return sorted(found | {"127.0.0.1", "172.17.0.1"})  # and docker's usual bridge gateway
+
+
+@requires_docker
+def test_a_session_reaches_the_proxy_and_nothing_else_and_goes_away(docker, proxy, tmp_path):
+    """Two sessions' containers side by side. From the first: the proxy answers through the forwarder; the host's
+    other ports (a listener on every address of this machine), the second session's own listener, an outside
+    address and the engine's socket are all out of reach; the limits read back from its cgroup are those asked
+    for; both containers and their folders go at stop."""
+    listener = socket.create_server(("0.0.0.0", 0))  # a port on the host that is not the proxy's
+    host_port = listener.getsockname()[1]
     spec = RuntimeSpec(kind="docker", image=IMAGE, cpus=1, memory="512m")
+    other_spec = RuntimeSpec(kind="docker", image=IMAGE)
+    attempts = {f"host {a}:{host_port}": _connects(a, host_port) for a in _host_addresses()}
+    attempts |= {
+        "the other session's listener (127.0.0.1:9999)": _connects("127.0.0.1", 9999),
+        "an outside address (1.1.1.1:53)": _connects("1.1.1.1", 53),
+        "a package registry by name (pypi.org:443)": _connects("pypi.org", 443),
+        "the engine's socket": f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(docker.socket)!r})",
+    }
 
     async def body():
-        rt = spec.make(tmp_path, "d1", proxy.url)
-        await rt.start()
+        first, other = spec.make(tmp_path / "a", "d1", proxy.url), other_spec.make(tmp_path / "b", "d2", proxy.url)
+        await first.start()
+        await other.start()
         try:
-            probe = f"import urllib.request; print(urllib.request.urlopen('{rt.proxy_url}/health').read())"
-            ok = await rt.exec(["python3", "-c", probe])
-            blocked = await rt.exec(["python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), 3)"])
-            wrote = await rt.exec(["sh", "-c", f"echo hi > {rt.inside_work}/f && cat {rt.inside_work}/f"])
-            slow = await rt.exec(["sleep", "30"], timeout=1)
-            return rt, ok, blocked, wrote, slow
+            # the second session serves a port of its own; its own loopback reaches it
+            serving = "import socket,time; s=socket.create_server(('127.0.0.1', 9999)); time.sleep(30)"
+            serve = asyncio.ensure_future(other.exec(["python3", "-c", serving], timeout=20))
+            await asyncio.sleep(1.5)
+            own = await other.exec(["python3", "-c", _connects("127.0.0.1", 9999)])
+            probe = f"import urllib.request; print(urllib.request.urlopen('{first.proxy_url}/health').read())"
+            ok = await first.exec(["python3", "-c", probe])
+            tried = {what: await first.exec(["python3", "-c", code]) for what, code in attempts.items()}
+            limits = await first.exec(["sh", "-c", CGROUP_LIMITS])
+            wrote = await first.exec(["sh", "-c", f"echo hi > {first.inside_work}/f && cat {first.inside_work}/f"])
+            slow = await first.exec(["sleep", "30"], timeout=1)
+            serve.cancel()
+            return first, other, own, ok, tried, limits, wrote, slow
         finally:
-            await rt.stop()
+            await first.stop()
+            await other.stop()
 
-    rt, ok, blocked, wrote, slow = asyncio.run(body())
+    try:
+        first, other, own, ok, tried, limits, wrote, slow = asyncio.run(body())
+    finally:
+        listener.close()
+    assert own[0] == 0 and own[1].strip() == "open"  # the listener was there to be found
     assert ok[0] == 0 and "nemo_polar-proxy" in ok[1]
-    assert blocked[0] != 0
+    reached = {what: r for what, r in tried.items() if r[0] == 0 or "open" in r[1]}
+    assert reached == {}, reached
+    assert len(tried) >= 6
+    numbers = [int(x) for x in limits[1].replace("max", "0").split()]
+    memory, cpu = numbers[0], numbers[1] / numbers[2]
+    assert memory == 512 * 2**20 and cpu == 1.0, limits
     assert wrote == (0, "hi\n", "")
     assert slow[0] == TIMEOUT_RC
-    assert not rt.folder.exists()
-    assert not docker.from_env().containers.list(all=True, filters={"name": rt.instance})
+    assert not first.folder.exists() and not other.folder.exists()
+    assert docker.containers() == []
 
 
-@needs_engine
-def test_the_agent_works_in_the_images_own_folder_with_the_toolchain(proxy, tmp_path):
-    spec = RuntimeSpec(kind="docker", image=IMAGE, workdir="/srv/app", env={"POLAR_X": "1"})
+@requires_docker
+def test_the_agent_works_in_the_images_own_folder_with_the_toolchain(docker, proxy, tmp_path):
+    spec = RuntimeSpec(kind="docker", image=image_name("bookworm"), workdir="/srv/app", env={"POLAR_X": "1"})
 
     async def body():
         rt = spec.make(tmp_path, "d3", proxy.url)
@@ -78,10 +117,30 @@ def test_the_agent_works_in_the_images_own_folder_with_the_toolchain(proxy, tmp_
     assert not rt.folder.exists()
 
 
-@needs_engine
-def test_a_failed_start_leaves_no_container(tmp_path):
-    spec = RuntimeSpec(kind="docker", image="polar-no-such-image:0", network="none")
-    rt = spec.make(tmp_path, "d2", "http://127.0.0.1:1")
-    with pytest.raises(Exception):  # noqa: B017 - the SDK's ImageNotFound
-        asyncio.run(rt.start())
-    assert not rt.folder.exists()
+@requires_docker
+def test_a_nodes_leftover_containers_are_found_by_its_folder_and_no_others(docker, proxy, tmp_path):
+    """What a node killed mid-session leaves is found by the label of the node's folder: only that node's."""
+    spec = RuntimeSpec(kind="docker", image=image_name("bookworm"))
+
+    async def leave(root):
+        rt = spec.make(root, f"left-{root.name}", proxy.url)
+        await rt.start()  # and never stopped, as by a node killed with -9
+        return rt
+
+    mine, theirs = asyncio.run(leave(tmp_path / "mine")), asyncio.run(leave(tmp_path / "theirs"))
+    assert len(docker.containers()) == 2
+    import docker as sdk
+
+    labelled = sdk.from_env().containers.list(filters={"label": f"{ROOT_LABEL}={(tmp_path / 'mine').resolve()}"})
+    assert [c.name for c in labelled] == [mine.instance]
+    assert DockerRuntime.reap(tmp_path / "mine") == [mine.instance]
+    assert len(docker.containers()) == 1  # the other node's is left alone
+    assert DockerRuntime.reap(tmp_path / "theirs") == [theirs.instance] and docker.containers() == []
+    for rt in (mine, theirs):
+        asyncio.run(rt.stop())
+
+
+@pytest.mark.parametrize("kind", ["docker"])
+def test_reap_without_an_engine_finds_nothing(kind, tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
+    assert DockerRuntime.reap(tmp_path) == []

@@ -28,6 +28,7 @@ from ...contracts import DispatchRequest, NodeCapacity, NodeMetrics, NodeRegistr
 from ...control import http_error
 from ...metrics import NodeGauges
 from ...proxy.app import Proxy
+from ...runtimes import RUNTIMES
 from ...serving import ServerThread, run
 from ...states import SessionState
 from ..client import Retry, RolloutAPI
@@ -75,6 +76,7 @@ class GatewayNode:
         self.rollout = RolloutAPI(config.rollout_url, config.control_token, timeout_s=10.0)
         self.outbox = Outbox(root / "outbox", self.rollout, config.result_attempts)
         _sweep(root, keep={"outbox", "traces", "logs"})
+        _reap(root)
         self.stages = HarnessStages(self.proxy, config.public_url, root, config.node_id, self._deliver)
         cap = config.capacity
         self.pipeline: Pipeline[Work] = Pipeline(
@@ -159,6 +161,14 @@ def _sweep(root: Path, keep: set[str]) -> None:
         if path.name not in keep and path.is_dir():
             log.warning("removing %s, left by an earlier run of this node", path)
             shutil.rmtree(path, ignore_errors=True)
+
+
+def _reap(root: Path) -> None:
+    """Sandboxes that outlive their node (a docker engine's containers), found by the node's folder and removed."""
+    for kind in RUNTIMES:
+        left = RUNTIMES[kind].reap(root)
+        if left:
+            log.warning("removed %d %s sandboxes left by an earlier run of this node: %s", len(left), kind, left)
 
 
 def serve(config: GatewayConfig) -> None:

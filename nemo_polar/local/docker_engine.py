@@ -1,0 +1,186 @@
+"""A Docker engine of our own on this machine, for the `docker` runtime's tests and for a user with one machine
+(`polar cluster docker up`): Debian's `dockerd`, every file under one folder.
+
+`root/` holds `data/` (the engine's `--data-root`: images, containers, their layers), `exec/` (`--exec-root`: its
+containerd's state), `docker.sock`, `docker.pid`, `log/` and `run/daemons.json`. It listens on its own Unix
+socket only and touches no host network: `--iptables=false --ip6tables=false --bridge=none` (a session's
+container runs with `--network none` and reaches the proxy through a bind-mounted socket, so it needs no bridge).
+Clients find it through `DOCKER_HOST=unix://<root>/docker.sock`.
+
+No registry is reachable from these machines, so images come from root filesystems: the set-up's Debian folders
+(`.deps/rootfs/<name>`) are imported as `polar-<name>:local`, once per content (a label holds the folder's stamp).
+
+Stopping: the containers it runs are removed, then dockerd gets SIGTERM (SIGKILL after `grace_s`) only while
+/proc still names the process `up` started (`daemons.py`); dockerd stops the containerd it started. What the
+engine mounted under `root/` is checked to be gone, and `exec/` is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .. import daemons
+from ..daemons import Daemon, wait
+from ..errors import ConfigError
+from .vllm_server import DEPS
+
+ROOTFS = DEPS / "rootfs"
+STAMP_LABEL = "nemo_polar.rootfs"  # on an imported image: the set-up's stamp of the folder it came from
+
+
+def missing() -> str | None:
+    """Why this machine cannot run the engine, or None."""
+    if os.geteuid() != 0:
+        return "a Docker engine of our own runs as root"
+    if shutil.which("dockerd", path="/usr/sbin:/usr/bin:" + os.environ.get("PATH", "")) is None:
+        return "no dockerd (scripts/setup.sh docker installs Debian's docker.io)"
+    if _client() is None:
+        return "no docker client on PATH"
+    return None
+
+
+def _client() -> str | None:
+    return shutil.which("docker", path="/usr/bin:" + os.environ.get("PATH", ""))
+
+
+def image_name(rootfs: str) -> str:
+    """The image a set-up root filesystem (`bookworm`, `bookworm-python`) is imported as."""
+    return f"polar-{rootfs}:local"
+
+
+class DockerEngine:
+    def __init__(self, root: str | Path, grace_s: float = 15.0):
+        self.root = Path(root).resolve()
+        self.grace_s = grace_s
+        self.socket = self.root / "docker.sock"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a client (the docker CLI, the Python SDK our runtime uses) needs to find this engine."""
+        return {"DOCKER_HOST": f"unix://{self.socket}"}
+
+    def client(self, *argv: str, stdin: bytes | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        cli = _client()
+        if cli is None:
+            raise ConfigError("no docker client on PATH")
+        return subprocess.run(
+            [cli, *argv], env=os.environ | self.env, input=stdin, capture_output=True, timeout=timeout, check=False
+        )
+
+    def _record(self) -> Path:
+        return self.root / "run" / "daemons.json"
+
+    def daemon(self) -> Daemon | None:
+        try:
+            return Daemon(**json.loads(self._record().read_text()))
+        except FileNotFoundError:
+            return None
+
+    def alive(self) -> bool:
+        d = self.daemon()
+        return d is not None and d.alive()
+
+    def ready(self) -> bool:
+        return self.alive() and self.client("version", "--format", "{{.Server.Version}}", timeout=10).returncode == 0
+
+    def up(self, timeout_s: float = 60.0) -> None:
+        """Start dockerd; return once it answers, with the set-up's root filesystems imported. A running engine is
+        left as it is."""
+        why = missing()
+        if why:
+            raise ConfigError(f"cannot start a Docker engine here: {why}")
+        if not self.alive():
+            for d in ("data", "exec", "log", "run"):
+                (self.root / d).mkdir(parents=True, exist_ok=True)
+            self.socket.unlink(missing_ok=True)
+            argv = [
+                shutil.which("dockerd", path="/usr/sbin:/usr/bin") or "dockerd",
+                f"--data-root={self.root / 'data'}",
+                f"--exec-root={self.root / 'exec'}",
+                f"--host=unix://{self.socket}",
+                f"--pidfile={self.root / 'docker.pid'}",
+                "--iptables=false",
+                "--ip6tables=false",
+                "--bridge=none",
+            ]
+            d = daemons.start(argv, self.root / "log" / "dockerd.log")
+            self._record().write_text(json.dumps(vars(d)))
+            if not wait(lambda: self.ready() or not d.alive(), timeout_s, "dockerd to answer", fail=False):
+                self.down()
+                raise ConfigError(f"dockerd did not answer in {timeout_s:.0f} s: {self.log_tail()}")
+            if not d.alive():
+                raise ConfigError(f"dockerd exited: {self.log_tail()}")
+        self.import_rootfs()
+
+    def import_rootfs(self) -> list[str]:
+        """Each set-up root filesystem as `polar-<name>:local`, imported again only when its folder changed."""
+        done = []
+        for folder in sorted(p for p in ROOTFS.glob("*") if (p / "bin" / "sh").exists()):
+            name, stamp = image_name(folder.name), _stamp(folder)
+            have = self.client("image", "inspect", "--format", f'{{{{index .Config.Labels "{STAMP_LABEL}"}}}}', name)
+            if have.returncode == 0 and have.stdout.decode().strip() == stamp:
+                continue
+            tar = subprocess.Popen(["tar", "-C", str(folder), "-c", "."], stdout=subprocess.PIPE)
+            try:
+                imported = subprocess.run(
+                    [_client() or "docker", "import", "--change", f"LABEL {STAMP_LABEL}={stamp}", "-", name],
+                    env=os.environ | self.env, stdin=tar.stdout, capture_output=True, timeout=600, check=False,
+                )  # fmt: skip
+            finally:
+                tar.wait()
+            if imported.returncode != 0:
+                raise ConfigError(f"importing {folder} as {name} failed: {imported.stderr.decode()[-1000:]}")
+            done.append(name)
+        return done
+
+    def containers(self) -> list[str]:
+        if not self.ready():
+            return []
+        out = self.client("ps", "-aq")
+        return out.stdout.decode().split()
+
+    def down(self) -> list[str]:
+        """Remove its containers, stop dockerd, check that nothing it mounted is left; returns what was stopped."""
+        stopped = []
+        d = self.daemon()
+        if d is not None and d.alive():
+            running = self.containers()
+            if running:
+                self.client("rm", "-f", *running, timeout=120)
+                stopped += [f"container {c}" for c in running]
+            daemons.stop([d], self.grace_s)
+            stopped.append(f"dockerd {d.pid}")
+        left = self.mounts()
+        for target in sorted(left, key=len, reverse=True):  # what a killed engine left: deepest first
+            subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+        shutil.rmtree(self.root / "exec", ignore_errors=True)
+        self._record().unlink(missing_ok=True)
+        self.socket.unlink(missing_ok=True)
+        return stopped
+
+    def mounts(self) -> list[str]:
+        """Mount points under the engine's folder (none once it stopped cleanly)."""
+        prefix = str(self.root) + "/"
+        return [
+            line.split()[4]
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4].startswith(prefix)
+        ]
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            return " | ".join((self.root / "log" / "dockerd.log").read_text().splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+def _stamp(folder: Path) -> str:
+    """What identifies a root filesystem's content: the set-up's stamp for it, else the folder's own mtime."""
+    stamp = DEPS / "rootfs.stamp"
+    if folder.parent == ROOTFS and stamp.exists():
+        return stamp.read_text().split()[0][:16] + "-" + folder.name
+    return f"{int(folder.stat().st_mtime)}-{folder.name}"
