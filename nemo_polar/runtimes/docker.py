@@ -18,14 +18,20 @@ everything still running in it; so does a failed `start()`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, model_validator
+
+from ..errors import ConfigError
 from ..sandbox import TIMEOUT_RC
 from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, EngineSettings, remove_tree
+from .dockerfile import Dockerfile
 from .inside import forward
 from .spec import RuntimeSpec
 
@@ -37,8 +43,24 @@ def container_name(session_id: str) -> str:
     return "polar-" + re.sub(r"[^a-zA-Z0-9_.-]", "-", session_id)[:100]
 
 
+BUILT = "polar-build"  # the repository of images built from a context, tagged by its content
 SESSION_LABEL = "nemo_polar.session"
 ROOT_LABEL = "nemo_polar.root"  # the node's folder: a node that restarts finds its own containers, and no other's
+
+
+class DockerSettings(EngineSettings):
+    image: str | None = Field(None, description="an image name (or `build`)")  # type: ignore[assignment]
+    build: str | None = Field(
+        None,
+        description="a build context holding a Dockerfile (e.g. a Harbor task's environment/): built on the node's "
+        "engine, once per content, and run",
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DockerSettings:
+        if (self.image is None) == (self.build is None):
+            raise ValueError("runtime: docker takes `image` or `build` (a folder with a Dockerfile), one of them")
+        return self
 
 
 def container_kwargs(
@@ -82,7 +104,8 @@ def exec_argv(argv: list[str], timeout: float | None) -> list[str]:
 
 class DockerRuntime(ContainerRuntime):
     name = "docker"
-    Settings = EngineSettings
+    Settings = DockerSettings
+    settings: DockerSettings
     pulls = True
 
     def __init__(
@@ -118,6 +141,9 @@ class DockerRuntime(ContainerRuntime):
 
     async def start(self) -> None:
         try:
+            if self.settings.build is not None:
+                image = await asyncio.to_thread(built_image, self.client, Path(self.settings.build))
+                self.settings = self.settings.model_copy(update={"image": image})
             await self._prepare()
             command = self.forwarded(["sleep", "infinity"], ready=True)
             kwargs = container_kwargs(
@@ -189,6 +215,55 @@ class DockerRuntime(ContainerRuntime):
             if self.tunnel is not None:
                 await self.tunnel.stop()
             await asyncio.to_thread(remove_tree, self.folder)
+
+
+_BUILDS: dict[str, threading.Lock] = {}  # one build per content at a time: a group's sessions start together
+_BUILDS_LOCK = threading.Lock()
+
+
+def context_digest(context: Path) -> str:
+    """What identifies a build: every file of its context, by path and content."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(context)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def built_image(client: Any, context: Path) -> str:
+    """The image built from `context` (its Dockerfile) on this engine, built now unless it already was. RUN steps
+    reach the network the engine's host reaches (the sessions never do). A base image the engine lacks and cannot
+    pull is a clear error naming it."""
+    from docker.errors import APIError, BuildError, ImageNotFound
+
+    if not (context / "Dockerfile").is_file():
+        raise ConfigError(f"runtime.build: {context} holds no Dockerfile")
+    tag = f"{BUILT}:{context_digest(context)}"
+    with _BUILDS_LOCK:
+        lock = _BUILDS.setdefault(tag, threading.Lock())
+    with lock:
+        try:
+            client.images.get(tag)
+            return tag
+        except ImageNotFound:
+            pass
+        for base in Dockerfile.read(context / "Dockerfile").bases:
+            try:
+                client.images.get(base)
+            except ImageNotFound:
+                try:
+                    client.images.pull(base)
+                except APIError as exc:
+                    raise ConfigError(
+                        f"runtime.build: {context}/Dockerfile starts FROM {base}, which this engine does not have "
+                        f"and cannot pull ({str(exc)[:200]}): load or tag it there first (e.g. `docker tag "
+                        f"<a local image> {base}`)"
+                    ) from None
+        try:
+            client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, network_mode="host")
+        except BuildError as exc:
+            log = "".join(str(c.get("stream") or c.get("error") or "") for c in exc.build_log)[-2000:]
+            raise ConfigError(f"runtime.build: building {context} failed: {exc.msg}\n{log}") from None
+        return tag
 
 
 def image_path(attrs: dict[str, Any], spec: RuntimeSpec) -> str:

@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-import shlex
 import shutil
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..contracts import TaskSpec
 from ..errors import ConfigError, problems
 from ..runtimes import RUNTIMES
+from ..runtimes.dockerfile import Dockerfile
 from ..runtimes.spec import RuntimeSpec
 
 DEFAULT_WORKDIR = "/app"  # Harbor's task template and most of its tasks
@@ -126,35 +125,6 @@ def strip_canary(text: str) -> str:
     while i < len(lines) and not lines[i].strip():
         i += 1
     return "\n".join(lines[i:])
-
-
-@dataclass(frozen=True)
-class Dockerfile:
-    """What a Dockerfile says without being built: its working directory and what it copies there."""
-
-    workdir: str | None
-    copies: list[tuple[list[str], str]]  # (sources in the build context, absolute destination)
-
-    @classmethod
-    def read(cls, path: Path) -> Dockerfile:
-        workdir, copies = None, []
-        text = path.read_text() if path.is_file() else ""
-        for line in re.sub(r"\\\n", " ", text).splitlines():
-            words = shlex.split(line, comments=True) if line.strip() else []
-            if not words:
-                continue
-            op, args = words[0].upper(), words[1:]
-            if op == "WORKDIR" and args:
-                workdir = posixpath.normpath(posixpath.join(workdir or "/", args[-1]))
-            elif op in ("COPY", "ADD"):
-                if any(a.startswith("--from") for a in args):
-                    continue  # from another stage or image, not the build context
-                parts = [a for a in args if not a.startswith("--")]
-                if len(parts) >= 2 and not any("://" in p for p in parts):
-                    dest = parts[-1]
-                    absolute = posixpath.join(workdir or "/", dest)
-                    copies.append((parts[:-1], posixpath.normpath(absolute) + ("/" if dest.endswith("/") else "")))
-        return cls(workdir, copies)
 
 
 class HarborTask(BaseModel):

@@ -8,6 +8,7 @@ import socket
 
 import pytest
 
+from nemo_polar.errors import ConfigError
 from nemo_polar.local.docker_engine import image_name
 from nemo_polar.runtimes import TIMEOUT_RC
 from nemo_polar.runtimes.docker import ROOT_LABEL, DockerRuntime, container_name, exec_argv
@@ -144,3 +145,50 @@ def test_a_nodes_leftover_containers_are_found_by_its_folder_and_no_others(docke
 def test_reap_without_an_engine_finds_nothing(kind, tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     assert DockerRuntime.reap(tmp_path) == []
+
+
+@requires_docker
+def test_a_build_context_is_built_once_per_content_and_its_run_steps_are_there(docker, proxy, tmp_path):
+    """`runtime.build`: the Dockerfile is built on the engine (what its RUN steps make is in the image, not only
+    what it copies), tagged by the context's content so a second session reuses it, and run as the image."""
+    context = tmp_path / "environment"
+    context.mkdir()
+    (context / "hello.txt").write_text("copied\n")
+    (context / "Dockerfile").write_text(
+        f"FROM {image_name('bookworm-python')}\nWORKDIR /app\nCOPY hello.txt .\n"
+        "RUN python3 -c \"open('/app/made.txt', 'w').write('built')\" && mkdir -p /opt/tool\n"
+    )
+    spec = RuntimeSpec(kind="docker", build=str(context), workdir="/app")
+
+    async def session(sid):
+        rt = spec.make(tmp_path / "root", sid, proxy.url)
+        await rt.start()
+        try:
+            return rt.settings.image, await rt.exec(["sh", "-c", "cat hello.txt made.txt; test -d /opt/tool"])
+        finally:
+            await rt.stop()
+
+    first_image, first = asyncio.run(session("b1"))
+    built = docker.client("image", "inspect", "--format", "{{.Created}}", first_image).stdout
+    second_image, second = asyncio.run(session("b2"))
+    assert first == second == (0, "copied\nbuilt", "")
+    assert first_image == second_image and first_image.startswith("polar-build:")
+    assert docker.client("image", "inspect", "--format", "{{.Created}}", second_image).stdout == built  # not rebuilt
+    (context / "hello.txt").write_text("changed\n")
+    assert asyncio.run(session("b3"))[0] != first_image  # new content, new image
+
+
+@requires_docker
+def test_a_build_from_an_image_the_engine_lacks_names_it(docker, proxy, tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM example.invalid/no-such-image:1\nRUN true\n")
+    rt = RuntimeSpec(kind="docker", build=str(tmp_path)).make(tmp_path / "root", "b4", proxy.url)
+    with pytest.raises(ConfigError, match=r"FROM example.invalid/no-such-image:1, which this engine does not have"):
+        asyncio.run(rt.start())
+    assert docker.containers() == [] and not rt.folder.exists()
+
+
+def test_docker_takes_an_image_or_a_build_context_not_both():
+    with pytest.raises(ValueError, match="`image` or `build`"):
+        RuntimeSpec(kind="docker", image="a", build="/b")
+    with pytest.raises(ValueError, match="`image` or `build`"):
+        RuntimeSpec(kind="docker")

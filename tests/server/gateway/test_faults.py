@@ -14,8 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from nemo_polar.local.docker_engine import image_name
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
 from nemo_polar.serving import free_port
+
+from ...conftest import requires_docker
 
 TOKEN = "tok"
 H = {"x-polar-control-token": TOKEN}
@@ -183,3 +186,38 @@ def test_a_result_lost_while_the_rollout_server_is_down_is_delivered_once_from_t
     assert session["state"] == "completed" and session["result"]["reward"] == 1.0
     log = (tmp_path / "rollout.log").read_text()
     assert "Traceback" not in log
+
+
+@requires_docker
+def test_kill_9_of_a_node_running_docker_sessions_leaves_no_container_after_its_restart(
+    docker, fake_upstream, tmp_path
+):
+    """A node whose sessions run in containers is killed -9 mid-session: its containers outlive it (the engine
+    owns them), and the node, started again on its folder, finds them by their label and removes them; the
+    sessions end masked."""
+    cfg = RolloutConfig(
+        port=0, control_token=TOKEN, reap_interval_s=0.1, store={"path": str(tmp_path / "rollout.sqlite")}
+    )
+    with RolloutThread(cfg) as rollout:
+        node, _ = gateway(tmp_path, "n1", rollout.url, fake_upstream.url)
+        try:
+            wait_for(lambda: node_registered(rollout.url, "n1"), 30, "n1 to register")
+            task = {
+                "task_id": "t",
+                "instruction": "work",
+                "num_samples": 2,
+                "harness": {"name": "shell", "command": "sleep 120"},
+                "runtime": {"kind": "docker", "image": image_name("bookworm")},
+            }
+            assert httpx.post(rollout.url + "/tasks", json=task, headers=H).status_code == 201
+            wait_for(lambda: len(docker.containers()) == 2, 90, "two session containers", every=0.5)
+            kill(node)
+            time.sleep(1)
+            assert len(docker.containers()) == 2  # the engine's, not the node's: they outlived it
+            node, _ = gateway(tmp_path, "n1", rollout.url, fake_upstream.url)
+            assert docker.containers() == []  # removed as the node started, by its folder's label
+            body = wait_for(lambda: (b := task_body(rollout.url, "t"))["status"] != "running" and b, 60, "the end")
+        finally:
+            kill(node)
+    for s in body["sessions"]:
+        assert s["state"] == "error" and s["result"]["masked"] and s["result"]["reward"] is None, s
