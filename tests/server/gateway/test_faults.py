@@ -210,7 +210,9 @@ def test_kill_9_of_a_node_running_docker_sessions_leaves_no_container_after_its_
                 "runtime": {"kind": "docker", "image": image_name("bookworm")},
             }
             assert httpx.post(rollout.url + "/tasks", json=task, headers=H).status_code == 201
-            wait_for(lambda: len(docker.containers()) == 2, 90, "two session containers", every=0.5)
+            running = lambda: [s["state"] for s in task_body(rollout.url, "t")["sessions"]] == ["running"] * 2  # noqa: E731
+            wait_for(running, 90, "both agents running in their containers", every=0.5)
+            assert len(docker.containers()) == 2
             kill(node)
             time.sleep(1)
             assert len(docker.containers()) == 2  # the engine's, not the node's: they outlived it
