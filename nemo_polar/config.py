@@ -93,11 +93,16 @@ ROOT_GROUPS: dict[str, tuple[str, ...]] = {"proxy": ("proxy",)}
 M = TypeVar("M", bound=BaseModel)
 
 
+def invalid(found: list[str]) -> ConfigError:
+    """One wrong key on the line that says so; several, one a line."""
+    return ConfigError("invalid configuration:" + (" " if len(found) == 1 else "\n  ") + "\n  ".join(found))
+
+
 def validate(model: type[M], data: dict[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems(exc))) from None
+        raise invalid(problems(exc)) from None
 
 
 def _is_option(group: str, value: str) -> bool:
@@ -123,15 +128,26 @@ def compose(config_name: str, overrides: list[str]) -> dict[str, Any]:
     """Compose `conf/<config_name>.yaml` with Hydra command-line overrides."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, MissingConfigException
     from omegaconf import OmegaConf
 
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             cfg = hydra_compose(config_name=config_name, overrides=rewrite(config_name, overrides))
+    except MissingConfigException as exc:
+        raise ConfigError(_no_such_option(exc)) from None
     except HydraException as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(" ".join(str(exc).split())) from None  # one line: Hydra's runs over several
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def _no_such_option(exc: Any) -> str:
+    """`harness=nope: no such option; choose from claude_code, codex, ...` (Hydra's lists them a line each,
+    then its search path)."""
+    if not exc.options:  # not a group's option: a missing file
+        return " ".join(str(exc).split())
+    group, _, option = exc.missing_cfg_file.rpartition("/")
+    return f"{group}={option}: no such option; choose from {', '.join(exc.options)}"
 
 
 def split_selectors(model: type[BaseModel], data: dict[str, Any]) -> dict[str, Any]:
@@ -142,9 +158,7 @@ def split_selectors(model: type[BaseModel], data: dict[str, Any]) -> dict[str, A
             try:
                 selector.model_validate(section)
             except ValidationError as exc:
-                raise ConfigError(
-                    "invalid configuration:\n  " + "\n  ".join(f"{name}.{p}" for p in problems(exc, whole=name))
-                ) from None
+                raise invalid([f"{name}.{p}" for p in problems(exc, whole=name)]) from None
     return data
 
 

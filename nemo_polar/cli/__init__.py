@@ -9,17 +9,19 @@ import signal
 import sys
 
 from .. import logs
-from ..errors import ConfigError
-from . import bench, cluster, datasets, local, proxy, records, runtime, system, view
+from ..errors import ConfigError, ControlError
+from . import bench, cluster, datasets, docs, local, proxy, records, runtime, system, view
+from .parsing import Parser
 
-GROUPS = (system, view, proxy, cluster, local, records, datasets, runtime, bench)  # in `polar --help`'s order
+GROUPS = (system, view, proxy, cluster, local, records, datasets, runtime, bench, docs)  # in `polar --help`'s order
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="polar", description="Token-faithful rollouts of agent harnesses for GRPO.")
+    p = Parser(prog="polar", description="Token-faithful rollouts of agent harnesses for GRPO.")
     sub = p.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.register(sub)
+    p.set_defaults(root=p)  # the whole tree, for `polar docs` (which cannot import this module back)
     return p
 
 
@@ -32,6 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"polar: {exc}", file=sys.stderr)
         return 2
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, ControlError) as exc:  # a missing file, a server that did not answer
         print(f"polar: {exc}", file=sys.stderr)
         return 1

@@ -34,9 +34,8 @@ def _bench_long(args: argparse.Namespace) -> int:
 
     tokenizer = args.tokenizer or str(DEPS / "models" / "tiny")
     modes = MODES if Path(tokenizer, "tokenizer.json").is_file() or args.tokenizer else ("fake",)
-    turns = [int(t) for t in args.turns.split(",")]
     result = run(
-        turns=turns, sessions=args.sessions, window=args.window, modes=modes, tokenizer=tokenizer, keep=args.keep
+        turns=args.turns, sessions=args.sessions, window=args.window, modes=modes, tokenizer=tokenizer, keep=args.keep
     )
     _print(result, args)
     return 0
@@ -45,10 +44,7 @@ def _bench_long(args: argparse.Namespace) -> int:
 def _bench_memory(args: argparse.Namespace) -> int:
     from ..bench.memory import SHAPES, run, servers
 
-    shapes = tuple(args.shapes.split(",")) if args.shapes else SHAPES
-    unknown = sorted(set(shapes) - set(SHAPES))
-    if unknown:
-        raise SystemExit(f"polar bench memory: unknown shape {', '.join(unknown)} (choose from {', '.join(SHAPES)})")
+    shapes = args.shapes or SHAPES
     result = run(
         calls=args.calls,
         cache_mb=args.cache_mb,
@@ -112,6 +108,25 @@ def _bench_view(args: argparse.Namespace) -> int:
     return 0 if not result["console_errors"] else 1
 
 
+def _turns(text: str) -> list[int]:
+    """comma-separated whole numbers"""
+    try:
+        return [int(t) for t in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+
+
+def _shapes(text: str) -> tuple[str, ...]:
+    """comma-separated shapes"""
+    from ..bench.memory import SHAPES
+
+    shapes = tuple(text.split(","))
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown shape {', '.join(unknown)} (choose from {', '.join(SHAPES)})")
+    return shapes
+
+
 def _add(
     bench: argparse._SubParsersAction, name: str, help: str, func: Callable[[argparse.Namespace], int]
 ) -> argparse.ArgumentParser:
@@ -132,7 +147,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     bproxy.add_argument("--tokens", type=int, default=16)
     bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
     blong = _add(bench, "long", "one agent session at 50-200 turns: store bytes, latency, trace build", _bench_long)
-    blong.add_argument("--turns", default="50,100,200", help="session lengths measured (one session, comma-separated)")
+    blong.add_argument(
+        "--turns", default="50,100,200", type=_turns, help="session lengths measured (one session, comma-separated)"
+    )
     blong.add_argument("--sessions", type=int, default=3, help="identical sessions side by side")
     blong.add_argument("--window", type=int, default=20, help="turns at each end whose latency is compared")
     blong.add_argument("--tokenizer", default=None, help="tokenizer folder for real ids (default: the tiny model's)")
@@ -145,7 +162,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bmem.add_argument("--prompt-kb", type=int, default=1024, help="each new prompt's size")
     bmem.add_argument("--turns", type=int, default=100, help="calls per growing or edited session")
     bmem.add_argument("--turn-kb", type=int, default=4, help="what each turn adds to a history")
-    bmem.add_argument("--shapes", default=None, help="comma-separated, default all")
+    bmem.add_argument("--shapes", default=None, type=_shapes, help="default: all")
     bmem.add_argument("--seed", type=int, default=0)
     bmem.add_argument(
         "--sessions", type=int, default=800, help="sessions through a rollout server and a gateway node (0: none)"

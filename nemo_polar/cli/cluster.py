@@ -7,6 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from .parsing import ConfigFile
+
+LAUNCH = ConfigFile("launch", "nemo_polar.cluster.topology:LaunchConfig")  # both launch commands read it
+
 
 def _recipes_check(args: argparse.Namespace) -> int:
     from ..recipes.check import check
@@ -15,7 +19,7 @@ def _recipes_check(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{report['count']} recipes, {len(report['errors'])} errors")
+        print(f"{report['recipes']} recipes, {len(report['errors'])} errors")
         for e in report["errors"]:
             print(f"  {e['recipe']}: {e['key']}: {e['message']}")
     return 0 if report["ok"] else 1
@@ -23,12 +27,11 @@ def _recipes_check(args: argparse.Namespace) -> int:
 
 def _launch_slurm(args: argparse.Namespace) -> int:
     from ..cluster.launch import main_slurm, render_text
-    from ..cluster.topology import LaunchConfig, split_overrides
-    from ..config import load
+    from ..cluster.topology import split_overrides
 
     recipe_overrides, launch_overrides = split_overrides(args.overrides)
     launch_overrides += ["driver=learn"] if args.learn else []  # the sidecars read it too
-    cfg = load(LaunchConfig, "launch", launch_overrides)
+    cfg = args.config.load(launch_overrides)
     plan = main_slurm(
         cfg,
         nodes=args.nodes,
@@ -55,10 +58,8 @@ def _launch_slurm(args: argparse.Namespace) -> int:
 
 def _launch_sidecar(args: argparse.Namespace) -> int:
     from ..cluster.launch import sidecar
-    from ..cluster.topology import LaunchConfig
-    from ..config import load
 
-    return sidecar(load(LaunchConfig, "launch", args.overrides))
+    return sidecar(args.config.load(args.overrides))
 
 
 def _cluster_slurm(args: argparse.Namespace) -> int:
@@ -128,10 +129,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="recipe overrides (grpo.max_num_steps=10; with --learn, polar learn's) and launch ones "
         "(topology.gateway_port=6100)",
     )
-    lslurm.set_defaults(func=_launch_slurm)
+    lslurm.set_defaults(func=_launch_slurm, config=LAUNCH)
     lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")
     lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
-    lside.set_defaults(func=_launch_sidecar)
+    lside.set_defaults(func=_launch_sidecar, config=LAUNCH)
 
     cluster = sub.add_parser("cluster", help="a Slurm cluster on this machine, to launch on").add_subparsers(
         dest="kind", required=True

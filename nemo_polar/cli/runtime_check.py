@@ -1,7 +1,7 @@
 """`polar runtime check`: every harness configuration makes a model call through the proxy from inside
 a runtime, and leaves nothing behind.
 
-    polar runtime check --runtime image --json     # {"harnesses": 12, "ran": 12, "failures": []}
+    polar runtime check --runtime image --json     # {"harnesses": N, "ran": N, "failures": []}, N configurations
 
 One session per configuration: every registered harness (`harnesses.HARNESSES`), once per wire API for
 one whose settings choose it (Pi on its four), with the options its class gives the check
@@ -27,7 +27,7 @@ from typing import Any
 
 from ..config import ProxyConfig
 from ..contracts import HarnessSpec
-from ..errors import HarnessNotInstalled
+from ..errors import ConfigError, HarnessNotInstalled
 from ..harnesses import HARNESSES, Endpoint
 from ..harnesses.install import check_install
 from ..local.vllm_server import DEPS
@@ -54,6 +54,15 @@ def configurations() -> dict[str, dict[str, Any]]:
     return out
 
 
+def chosen(only: list[str] | None) -> list[str]:
+    """The configurations `only` names (every one when none), or a ConfigError naming the known ones."""
+    configs = configurations()
+    unknown = [name for name in only or () if name not in configs]
+    if unknown:
+        raise ConfigError(f"unknown harness configuration {', '.join(unknown)}: choose from {', '.join(configs)}")
+    return only or list(configs)
+
+
 def runtime_spec(kind: str, image: str | None = None) -> RuntimeSpec:
     """The runtime to check; a kind that runs a root filesystem folder (`image`) gets set-up's by default."""
     runs = RUNTIMES[kind]
@@ -74,18 +83,19 @@ def check(
     """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds"). `engine`: the server's kind (the
     proxy's upstream.engine), `model`: the name it serves (needed for one that lists none, as NeMo-RL's)."""
     configs = configurations()
-    names = only or list(configs)
-    unknown = sorted(set(names) - set(configs))
-    if unknown:
-        raise ValueError(f"unknown harness configurations {unknown}: choose from {list(configs)}")
+    names = chosen(only)
     backend = BACKENDS[engine]
     if upstream_url is not None and model is None and not backend.lists_models:
-        raise ValueError(backend.no_model_name().replace("upstream.model", "--model"))
+        raise ConfigError(backend.no_model_name().replace("upstream.model", "--model"))
     t0 = time.monotonic()
     vllm = None
     if upstream_url is None:
         folder = Path(tempfile.mkdtemp(prefix="polar-check-vllm-"))
-        vllm = local_server(engine, port=free_port(), log_path=folder / "vllm.log")
+        try:
+            vllm = local_server(engine, port=free_port(), log_path=folder / "vllm.log")
+        except ValueError as exc:  # an engine this machine does not start: the check needs its URL
+            folder.rmdir()
+            raise ConfigError(str(exc).replace("upstream.engine=", "--engine ")) from None
         vllm.start(300)
         upstream_url, model = vllm.url, vllm.served_name
     upstream = {"url": upstream_url, "engine": engine, "model": model, "timeout_s": 300}

@@ -6,20 +6,21 @@ from __future__ import annotations
 import argparse
 import json
 
+from .parsing import ConfigFile
+
 
 def _up(args: argparse.Namespace) -> int:
-    from ..config import load
-    from .up import UpConfig, up
+    from .up import up
 
-    summary = up(load(UpConfig, "up", args.overrides))
+    summary = up(args.config.load(args.overrides))
     return 0 if summary["by_status"].get("completed", 0) == summary["sessions"] else 1
 
 
 def _learn(args: argparse.Namespace) -> int:
-    from ..config import load
-    from ..learn import LearnConfig, learn
+    config = args.config.load(args.overrides)  # before the loop's import (torch): a typo fails at once
+    from ..learn import learn
 
-    summary = learn(load(LearnConfig, "learn", args.overrides))
+    summary = learn(config)
     keys = (
         "steps",
         "reward_first",
@@ -39,18 +40,16 @@ def _learn(args: argparse.Namespace) -> int:
 
 
 def _serve_rollout(args: argparse.Namespace) -> int:
-    from ..config import load
-    from ..server.rollout import RolloutConfig, serve
+    from ..server.rollout import serve
 
-    serve(load(RolloutConfig, "rollout", args.overrides))
+    serve(args.config.load(args.overrides))
     return 0
 
 
 def _serve_gateway(args: argparse.Namespace) -> int:
-    from ..config import load
-    from ..server.gateway.node import GatewayConfig, serve
+    from ..server.gateway.node import serve
 
-    serve(load(GatewayConfig, "gateway", args.overrides))
+    serve(args.config.load(args.overrides))
     return 0
 
 
@@ -68,20 +67,22 @@ def _status(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("up", help="the whole system on a dataset: vLLM, a rollout server, a gateway node")
     run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. num_samples=4 vllm.start=false")
-    run.set_defaults(func=_up)
+    run.set_defaults(func=_up, config=ConfigFile("up", "nemo_polar.cli.up:UpConfig"))
 
     learn = sub.add_parser("learn", help="GRPO steps on the tiny model through the whole system: the rollouts train")
     learn.add_argument("--json", action="store_true", help="the summary as one JSON object")
     learn.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. steps=10 samples=4")
-    learn.set_defaults(func=_learn)
+    learn.set_defaults(func=_learn, config=ConfigFile("learn", "nemo_polar.learn.config:LearnConfig"))
 
     rollout = sub.add_parser("serve-rollout", help="the rollout server alone (tasks, sessions, results, nodes)")
     rollout.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. port=8900 store.path=FILE")
-    rollout.set_defaults(func=_serve_rollout)
+    rollout.set_defaults(func=_serve_rollout, config=ConfigFile("rollout", "nemo_polar.server.rollout:RolloutConfig"))
 
     gateway = sub.add_parser("serve-gateway", help="one gateway node (proxy + staged pools) for a rollout server")
     gateway.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. node.rollout_url=http://head:8900")
-    gateway.set_defaults(func=_serve_gateway)
+    gateway.set_defaults(
+        func=_serve_gateway, config=ConfigFile("gateway", "nemo_polar.server.gateway.node:GatewayConfig")
+    )
 
     status = sub.add_parser("status", help="tasks and gateway nodes of a running rollout server")
     status.add_argument("--url", default="http://127.0.0.1:8900")

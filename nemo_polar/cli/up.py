@@ -24,6 +24,8 @@ from rich.table import Table
 
 from ..config import ProxyConfig, Strict
 from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
+from ..errors import ConfigError
+from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
 from ..proxy.app import Proxy
 from ..proxy.backends import BACKENDS
@@ -123,7 +125,6 @@ def _rows(cfg: UpConfig, run_dir: Path) -> list[Row]:
 def _harbor_rows(cfg: UpConfig, path: Path, copies: Path) -> list[Row]:
     """Harbor task folders: each task's working copy (what its Dockerfile copies into its workdir) under
     `copies`, its runtime, and its own agent timeout (the session's grown to fit it and the verifier's)."""
-    from ..errors import ConfigError
     from ..tasks.harbor import load_dataset
 
     if cfg.evaluator.kind in ("tests", "swebench"):
@@ -166,6 +167,7 @@ def tasks(cfg: UpConfig, run_dir: Path | None = None) -> list[TaskSpec]:
 def up(cfg: UpConfig, console: Console | None = None) -> dict:
     console = console or Console(width=120)
     run_dir = Path(cfg.run_dir).resolve() / time.strftime("%Y%m%d-%H%M%S")
+    vllm = _server(cfg, run_dir) if cfg.vllm.start else None  # one this machine cannot start: refused before all
     run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.dataset.path == BUNDLED:
         from ..tasks.materialize import build
@@ -175,13 +177,8 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
     specs = tasks(cfg, run_dir)
     proxy_cfg = cfg.proxy
     engine = proxy_cfg.upstream.engine  # backend=nemo_rl: NeMo-RL's own server, over the vLLM it pins
-    vllm = None
     try:
-        if cfg.vllm.start:
-            vllm = local_server(
-                engine, proxy_cfg.upstream.sampling, model=Path(cfg.vllm.model), port=cfg.vllm.port,
-                log_path=run_dir / "vllm.log",
-            )  # fmt: skip
+        if vllm is not None:
             with console.status(f"starting {vllm.what} on {cfg.vllm.model} (about a minute on CPU)"):
                 vllm.start(cfg.vllm.timeout_s)
             # the name: from /v1/models, where the server lists one
@@ -195,6 +192,18 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
     console.print(_table(summary))
     console.print(f"run folder: {run_dir}")
     return summary
+
+
+def _server(cfg: UpConfig, run_dir: Path) -> VLLMServer:
+    """The inference server `vllm.start` starts for the proxy's engine (nothing runs yet)."""
+    upstream = cfg.proxy.upstream
+    try:
+        return local_server(
+            upstream.engine, upstream.sampling, model=Path(cfg.vllm.model), port=cfg.vllm.port,
+            log_path=run_dir / "vllm.log",
+        )  # fmt: skip
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (vllm.start=false proxy.upstream.url=URL)") from None
 
 
 def _run(cfg: UpConfig, specs: list[TaskSpec], proxy_cfg: ProxyConfig, run_dir: Path, console: Console) -> dict:

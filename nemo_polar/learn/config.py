@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ..config import Strict
 from ..contracts import HarnessSpec, NodeCapacity, RuntimeSpec
@@ -28,10 +28,19 @@ PROMPTS = (
 SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 FIRST_VERSION = "0"
 SERVED_NAME = "polar-learn"
+# the default agent (examples/one_call_agent.py) reaches its sandbox as the working copy, so it runs in every
+# runtime, a container's too
+AGENT_REPO = ROOT / "examples"
 
 
 class LearnConfig(Strict):
     """`conf/learn.yaml`."""
+
+    @model_validator(mode="after")
+    def _agent_in_the_working_copy(self) -> LearnConfig:
+        if self.runtime.repo is None:
+            self.runtime = self.runtime.model_copy(update={"repo": str(AGENT_REPO)})
+        return self
 
     run_dir: str = "runs/learn"
     steps: int = Field(20, ge=1)
@@ -40,8 +49,12 @@ class LearnConfig(Strict):
     max_tokens: int = Field(8, ge=1, description="each answer's cap: length alone cannot earn the reward")
     lr: float = Field(3e-3, gt=0)
     pattern: str = Field("[0-9]", description="the reward: the answer contains it")
-    harness: HarnessSpec = HarnessSpec(name="shell", command=f"python3 {ROOT / 'examples' / 'one_call_agent.py'}")
-    runtime: RuntimeSpec = RuntimeSpec()
+    harness: HarnessSpec = HarnessSpec(name="shell", command="python3 one_call_agent.py")
+    runtime: RuntimeSpec = Field(
+        default_factory=RuntimeSpec,
+        description="the sessions' sandbox (runtime=docker runtime.image=...); its working copy is examples/ unless "
+        "it names a repo",
+    )
     model: str = str(TINY_MODEL)
     capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
     serving: Literal["vllm", "nemo_rl"] = Field(

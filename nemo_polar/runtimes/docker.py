@@ -59,7 +59,7 @@ class DockerSettings(EngineSettings):
     @model_validator(mode="after")
     def _one_source(self) -> DockerSettings:
         if (self.image is None) == (self.build is None):
-            raise ValueError("runtime: docker takes `image` or `build` (a folder with a Dockerfile), one of them")
+            raise ValueError("docker takes runtime.image or runtime.build (a folder with a Dockerfile), one of them")
         return self
 
 

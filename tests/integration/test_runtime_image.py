@@ -50,7 +50,7 @@ def test_every_harness_calls_the_model_from_inside_debian(upstream):
     """`polar runtime check --runtime image` (with NeMo-RL: `--engine nemo_rl --upstream URL --model NAME`)."""
     needs(ROOTFS)
     result = check(runtime_spec("image"), **upstream)
-    assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(configurations()) == 12, result
+    assert result["failures"] == [] and result["ran"] == result["harnesses"] == len(configurations()), result
 
 
 @pytest.fixture

@@ -188,7 +188,7 @@ def test_a_build_from_an_image_the_engine_lacks_names_it(docker, proxy, tmp_path
 
 
 def test_docker_takes_an_image_or_a_build_context_not_both():
-    with pytest.raises(ValueError, match="`image` or `build`"):
+    with pytest.raises(ValueError, match="runtime.image or runtime.build"):
         RuntimeSpec(kind="docker", image="a", build="/b")
-    with pytest.raises(ValueError, match="`image` or `build`"):
+    with pytest.raises(ValueError, match="runtime.image or runtime.build"):
         RuntimeSpec(kind="docker")

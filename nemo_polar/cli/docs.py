@@ -1,0 +1,47 @@
+"""`polar docs`: the reference pages written from the code, so they cannot go stale: docs/cli.md from the
+parser, docs/configuration.md from the settings models and `conf/` (`--check`: only say which differ)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's
+
+
+def written(root: argparse.ArgumentParser) -> dict[str, str]:
+    """Each page's file name and its text, as the code writes it now from the `polar` parser."""
+    from . import cli_reference, config_reference
+
+    return {"cli.md": cli_reference.page(root), "configuration.md": config_reference.page(root)}
+
+
+def stale(folder: Path, pages: dict[str, str]) -> list[str]:
+    """The pages in `folder` that differ from `pages`."""
+    return [
+        name for name, text in pages.items() if not (folder / name).is_file() or (folder / name).read_text() != text
+    ]
+
+
+def _docs(args: argparse.Namespace) -> int:
+    folder, pages = Path(args.out) if args.out else DOCS, written(args.root)
+    if args.check:
+        differ = stale(folder, pages)
+        for name in differ:
+            print(f"{folder / name} is stale: run `polar docs`", file=sys.stderr)
+        return 1 if differ else 0
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in pages.items():
+        (folder / name).write_text(text)
+        print(folder / name)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    docs = sub.add_parser(
+        "docs", help="write the reference pages: every command (cli.md), every key (configuration.md)"
+    )
+    docs.add_argument("--out", default=None, help="the folder to write them to (default: the repository's docs/)")
+    docs.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each page that is stale")
+    docs.set_defaults(func=_docs)
