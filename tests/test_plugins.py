@@ -109,8 +109,8 @@ def test_each_registry_lists_its_builtins():
     ("registry", "helpers"),
     [
         (HARNESSES, {"base", "install", "logs", "versions"}),
-        (RUNTIMES, {"base", "spec", "steps", "toolchain"}),
-        (EVALUATORS, {"base", "inside", "patch", "pytest_log", "row"}),
+        (RUNTIMES, {"base", "dockerfile", "spec", "steps", "toolchain"}),
+        (EVALUATORS, {"base", "boxes", "patch", "pytest_log", "row"}),
     ],
     ids=["harnesses", "runtimes", "evaluators"],
 )
@@ -240,4 +240,6 @@ def test_a_runtime_kind_refuses_the_settings_of_another():
     with pytest.raises(ValidationError, match=r"cpus\n.*not a setting of runtime 'local' \(its settings: sandbox\)"):
         RuntimeSpec(kind="local", cpus=2)
     with pytest.raises(ValidationError, match=r"image\n.*Field required"):
+        RuntimeSpec(kind="apptainer")
+    with pytest.raises(ValidationError, match=r"docker takes runtime.image or runtime.build"):
         RuntimeSpec(kind="docker")

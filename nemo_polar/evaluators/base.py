@@ -2,10 +2,11 @@
 
 An evaluator turns one finished session into a reward. It reads the dataset row (`fields`), its own
 config, the agent's working copy and the pristine task repo; it must not import the server or the
-proxy. When the session ran in an image (docker, apptainer, image), the working copy is inside it:
-`sandbox` is the agent's (the patch is read there) and `fresh()` gives a fresh sandbox of the same
-image with its `eval_prepare` steps done (the patch is applied and the tests run there). Two outcomes
-are kept apart on purpose:
+proxy. Its commands run in a `Sandbox`, whatever the session ran in: when it ran in an image (docker,
+apptainer, image), `sandbox` is the agent's runtime (the patch is read there) and `fresh()` gives a
+fresh runtime of the same image with its `eval_prepare` steps done (the tests run there); otherwise the
+evaluator makes the same from the folders on this machine (`boxes.HostBox`). Two outcomes are kept
+apart on purpose:
 
 - a reward (possibly 0.0): the agent's work was judged — an empty patch, a patch that does not
   apply and failing tests are all the agent's doing and score 0;
@@ -15,8 +16,6 @@ are kept apart on purpose:
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,18 +24,19 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field, model_validator
 
 from ..plugins import Plugin
-from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, run_group
 from ..states import SessionState
 
 REL_TOL = 1e-6  # components vs reward (NeMo-RL checks the same sum at 1e-5)
 
 
 class Sandbox(Protocol):
-    """What an evaluator uses of a session's runtime: commands inside, and HOME as a host folder."""
+    """Where an evaluator runs commands (a session's runtime, or `boxes.HostBox`): in the working copy,
+    with HOME a host folder."""
 
     home: Path  # host folder, seen inside as `inside_home`: how files go in and out
     inside_home: Path
-    inside_work: Path
+    inside_work: Path  # the working copy, where commands start
+    sandboxed: bool
 
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
@@ -114,26 +114,3 @@ class Completed:
     @property
     def ok(self) -> bool:
         return self.rc == 0
-
-
-async def run(
-    argv: list[str],
-    cwd: Path,
-    env: dict[str, str] | None = None,
-    timeout: float | None = None,
-    stdin: bytes = b"",
-    sandbox: bool = False,
-    writable: list[Path] | None = None,
-) -> Completed:
-    """Run a command in its own process group (see nemo_polar.sandbox); with `sandbox`, under
-    bubblewrap where installed: only `writable` (default `cwd`) writable, no network."""
-    binary = bwrap() if sandbox else None
-    if binary and shutil.which(argv[0], path=(env or os.environ).get("PATH")) is None:
-        # bubblewrap would start and then fail to exec it: say what a plain start would say
-        return Completed(argv, None, error=f"FileNotFoundError: {argv[0]} not found")
-    full = bwrap_argv(binary, argv, writable or [cwd], cwd, network=False) if binary else argv
-    try:
-        rc, out, err = await run_group(full, env, cwd, timeout, stdin=stdin)
-    except OSError as exc:
-        return Completed(argv, None, error=f"{type(exc).__name__}: {exc}")
-    return Completed(argv, rc, out, err, rc == TIMEOUT_RC, extra={"sandboxed": binary is not None})

@@ -13,10 +13,12 @@ means nothing; the reward is what it wrote:
   is masked (`infrastructure_error`), never trained as 0. These are Harbor's own "no reward" errors
   (RewardFileNotFoundError, RewardFileEmptyError, VerifierOutputParseError, VerifierTimeoutError).
 
-Where: in an image (docker, apptainer, image) the agent's own sandbox, after the agent (Harbor's default,
-the verifier sharing the agent's environment). On a `local` session: bubblewrap over the host's
-folders (`sandbox.host_folders`), no network, with /tests, /logs/verifier and the working copy at the
-task's workdir; without bubblewrap the fixed paths cannot be made and the session is masked.
+Where: the agent's own sandbox, after the agent (Harbor's default, the verifier sharing the agent's
+environment): its runtime when the session ran in an image (docker, apptainer, image); for a `local`
+session, bubblewrap over the host's folders (`sandbox.host_folders`), no network, with the working copy
+at the task's workdir and /tests and /logs of their own (`local_box`); without bubblewrap the fixed paths
+cannot be made and the session is masked. The steps are the same in both: the tests go in through
+HOME, the verifier runs, its logs come out through HOME.
 """
 
 from __future__ import annotations
@@ -33,14 +35,19 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import Strict
-from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, host_folders, run_group
+from ..errors import EvaluationError
+from ..sandbox import TIMEOUT_RC, bwrap, host_folders
 from .base import EvalContext, Evaluation, Evaluator, Sandbox
-from .inside import FILES
+from .boxes import FILES, HostBox
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 STEP_TIMEOUT_S = 60.0  # copying the tests in and the logs out
 RUN = f'cd "$1" && {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1'
-SET_UP = f'rm -rf {TESTS} {LOGS} && mkdir -p {TESTS} {LOGS} && cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh'
+# emptied rather than removed: on a local session they are mount points
+SET_UP = (
+    f"mkdir -p {TESTS} {LOGS} && find {TESTS} {LOGS} -mindepth 1 -delete"
+    f' && cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh'
+)
 COLLECT = f'mkdir -p "$1" && cp -R {LOGS}/. "$1/"'
 
 
@@ -77,10 +84,11 @@ class HarborEvaluator(Evaluator):
         env = row.verifier_env | self.settings.env
         logs = ctx.scratch / "verifier"
         started = time.monotonic()
-        if ctx.sandbox is not None:
-            rc, problem = await self.run_inside(ctx.sandbox, tests, env, timeout, logs)
-        else:
-            rc, problem = await self.run_local(ctx, row, tests, env, timeout, logs)
+        try:
+            box = ctx.sandbox if ctx.sandbox is not None else self.local_box(ctx, row)
+            rc, problem = await self.verify(box, tests, env, timeout, logs)
+        except (EvaluationError, OSError) as exc:
+            rc, problem = None, f"the verifier could not run: {exc}"
         details: dict[str, Any] = {"test_rc": rc, "verifier_s": round(time.monotonic() - started, 3)}
         details["log_tail"] = _tail(logs / "test-stdout.txt")
         if problem is None and rc == TIMEOUT_RC:
@@ -96,58 +104,49 @@ class HarborEvaluator(Evaluator):
         reward = float(rewards[key])
         return Evaluation(reward=reward, components={key: reward}, details=details | {"rewards": rewards})
 
-    async def run_inside(
+    def local_box(self, ctx: EvalContext, row: HarborFields) -> HostBox:
+        """A local session's working copy at the task's workdir, in bubblewrap over the host's folders, with
+        /tests and /logs of its own (scratch folders) and HOME at /root."""
+        if bwrap() is None:
+            raise EvaluationError("a local Harbor task needs bubblewrap (its /tests, /logs/verifier and workdir)")
+        if ctx.work is None:
+            raise EvaluationError("no working copy to verify")
+        top = row.workdir.strip("/").split("/")[0]
+        if not top or os.path.lexists("/" + top):
+            raise EvaluationError(
+                f"workdir {row.workdir!r} is under the host's /{top}: a local run cannot bind it there"
+            )
+        fixed = ctx.scratch / "fixed"
+        binds = [(fixed / "tests", TESTS), (fixed / "logs", "/logs")]
+        for folder, _ in binds:
+            folder.mkdir(parents=True, exist_ok=True)
+        return HostBox(
+            ctx.work,
+            ctx.scratch / "home",
+            sandbox=True,
+            inside_work=row.workdir,
+            inside_home="/root",
+            binds=binds,
+            root=host_folders(leave_out=(top, "root", "tests", "logs")),
+        )
+
+    async def verify(
         self, box: Sandbox, tests: Path, env: dict[str, str], timeout: float, logs: Path
     ) -> tuple[int | None, str | None]:
-        """In the agent's sandbox: the tests in through HOME, the run, the logs out through HOME."""
+        """In `box`: the tests in through HOME, the verifier's run, its logs out to `logs` through HOME."""
         hand = box.home / FILES
         await _replace(tests, hand / "tests")
         inside = str(box.inside_home / FILES)
         rc, out, err = await box.exec(["sh", "-c", SET_UP, "set-up", f"{inside}/tests"], None, STEP_TIMEOUT_S)
         if rc != 0:
             return rc, f"copying the tests to {TESTS} failed (rc {rc}): {(err or out).strip()[-500:]}"
-        rc, _, _ = await box.exec(["sh", "-c", RUN, "verifier", str(box.inside_work)], env, timeout)
+        rc, _, err = await box.exec(["sh", "-c", RUN, "verifier", str(box.inside_work)], env, timeout)
+        if rc not in (0, TIMEOUT_RC) and err.startswith("bwrap:"):
+            return rc, f"the verifier's sandbox failed: {err.strip()[-500:]}"
         done, out, err = await box.exec(["sh", "-c", COLLECT, "collect", f"{inside}/verifier"], None, STEP_TIMEOUT_S)
         if done != 0 and rc != TIMEOUT_RC:
             return rc, f"reading {LOGS} back failed (rc {done}): {(err or out).strip()[-500:]}"
         await _replace(hand / "verifier", logs)
-        return rc, None
-
-    async def run_local(
-        self, ctx: EvalContext, row: HarborFields, tests: Path, env: dict[str, str], timeout: float, logs: Path
-    ) -> tuple[int | None, str | None]:
-        """A local session: bubblewrap with the task's fixed paths over the host's folders."""
-        binary = bwrap()
-        if binary is None:
-            return None, "a local Harbor task needs bubblewrap (its /tests, /logs/verifier and workdir)"
-        if ctx.work is None:
-            return None, "no working copy to verify"
-        top = row.workdir.strip("/").split("/")[0]
-        if not top or os.path.lexists("/" + top):
-            return None, f"workdir {row.workdir!r} is under the host's /{top}: a local run cannot bind it there"
-        logs.mkdir(parents=True, exist_ok=True)
-        home = ctx.scratch / "home"
-        home.mkdir(parents=True, exist_ok=True)
-        staged = ctx.scratch / "tests"
-        await _replace(tests, staged)
-        (staged / "test.sh").chmod(0o755)
-        writable = [(ctx.work, row.workdir), (logs, LOGS), (home, "/root")]
-        argv = bwrap_argv(
-            binary,
-            ["sh", "-c", RUN, "verifier", row.workdir],
-            writable,
-            row.workdir,
-            network=False,
-            root=host_folders(leave_out=(top, "root", "tests", "logs")),
-            extra=["--ro-bind", str(staged), TESTS],
-        )
-        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/root", "LANG": "C.UTF-8"}
-        try:
-            rc, _, err = await run_group(argv, base | env, None, timeout)
-        except OSError as exc:
-            return None, f"the verifier could not start: {exc}"
-        if rc != TIMEOUT_RC and rc != 0 and err.startswith("bwrap:"):
-            return rc, f"the verifier's sandbox failed: {err.strip()[-500:]}"
         return rc, None
 
 

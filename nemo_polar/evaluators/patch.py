@@ -1,9 +1,13 @@
-"""The agent's patch: read from its working copy, applied to a fresh copy of the task repo.
+"""The agent's patch: read from its working copy, applied to an evaluation copy of the task repo.
 
-The diff is taken against the pristine repo's `base_commit` through a throw-away index and object
-folder (the pristine repo's objects are only read, through git's alternates), so nothing the agent did
-to its own `.git` — commits, resets, a deleted `.git` — changes what its patch is, and no evaluator
-writes into the task repo. Harness state that lands in the working copy is not part of the patch.
+Every step is a git command in a `Sandbox` (boxes.py): the agent's own runtime or a fresh one of its
+image, or a folder on this machine. The diff is staged through a throw-away index in the box's HOME, so
+the agent's own index and commits do not change what its patch is; on this machine it is also taken
+against the pristine repo's history through a throw-away object folder (the pristine objects are only
+read, through git's alternates), so a reset or a deleted `.git` changes nothing either, and no
+evaluator writes into the task repo. Harness state that lands in the working copy is not part of the
+patch. Files go to git through the box's HOME; git runs with no user or system config, every
+repository trusted.
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from ..errors import GitError
-from .base import run
+from ..sandbox import TIMEOUT_RC
+from .base import EvalContext, Sandbox
+from .boxes import FILES, HostBox, hand_in
+from .row import EvalRow
 
 # Folders and files harnesses, interpreters and test runners leave behind; never part of a patch.
 JUNK = (
@@ -31,27 +38,22 @@ JUNK = (
     "node_modules/",
 )
 GIT_TIMEOUT_S = 120.0
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
+CANNOT_RUN_RC = (TIMEOUT_RC, 126, 127)  # git itself timed out, or could not be executed
 
 
-def git_env(**extra: str) -> dict[str, str]:
-    """No user or system config (hooks, signing, autocrlf, excludes) may change what git does here."""
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": os.environ.get("HOME", "/nonexistent"),
-        "LANG": "C.UTF-8",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-    }
-    return env | extra
-
-
-async def git(args: list[str], cwd: Path, env: dict[str, str] | None = None, stdin: str = "", check: bool = True):
-    done = await run(["git", *args], cwd, env or git_env(), GIT_TIMEOUT_S, stdin.encode())
-    if check and not done.ok:
-        why = done.error or ("timed out" if done.timed_out else done.err.strip()[-2000:])
-        raise GitError(f"git {' '.join(args[:3])} failed (rc {done.rc}): {why}")
-    return done
+async def git(
+    box: Sandbox, args: list[str], env: dict[str, str] | None = None, check: bool = True
+) -> tuple[int, str, str]:
+    """git in `box`'s working copy; GitError when it cannot start, or with `check` when it fails."""
+    try:
+        rc, out, err = await box.exec(["git", "-c", "safe.directory=*", *args], GIT_ENV | (env or {}), GIT_TIMEOUT_S)
+    except OSError as exc:
+        raise GitError(f"git could not start: {exc}") from exc
+    if check and rc != 0:
+        why = "timed out" if rc == TIMEOUT_RC else (err or out).strip()[-2000:]
+        raise GitError(f"git {' '.join(args[:3])} failed (rc {rc}): {why}")
+    return rc, out, err
 
 
 def exclude_pathspecs(extra: tuple[str, ...] | list[str] = ()) -> list[str]:
@@ -69,64 +71,80 @@ class Extracted:
     files: list[str]  # the paths the patch touches
 
 
+async def read_patch(ctx: EvalContext, row: EvalRow, exclude: list[str] | tuple[str, ...] = ()) -> str:
+    """The agent's patch: the one its harness submitted, else its working copy's changes, read where it is —
+    in an image, in the agent's own runtime against the image's repository; on this machine, against the
+    pristine task repo's history (else the working copy's own), the harness's HOME (`ctx.home`) left out."""
+    if ctx.patch is not None:
+        return ctx.patch
+    if ctx.sandbox is not None:
+        box, history = ctx.sandbox, None
+    else:
+        box = HostBox(ctx.work, ctx.home or ctx.scratch)
+        history = (row.task_repo(ctx.repo) or Path(ctx.work)) / ".git"
+    return (await extract_patch(box, row.base_commit, exclude, history)).patch
+
+
 async def extract_patch(
-    work: Path,
-    scratch: Path,
-    repo: Path | None = None,
+    box: Sandbox,
     base_commit: str | None = None,
     exclude: list[str] | tuple[str, ...] = (),
-    home: Path | None = None,
+    history: Path | None = None,
 ) -> Extracted:
-    """The working copy's changes against `base_commit` (default: the repo's HEAD), new files included,
-    junk and anything under `home` left out. The git history comes from `repo`, else from `work`."""
-    source = Path(repo) if repo is not None else Path(work)
-    git_dir = source / ".git"
-    if not git_dir.is_dir():
-        raise GitError(f"{source} is not a git repository (no .git folder)")
-    if not Path(work).is_dir():
-        raise GitError(f"the working copy {work} is missing")
-    extra = list(exclude)
-    if home is not None and Path(home).resolve().is_relative_to(Path(work).resolve()):
-        extra.append(str(Path(home).resolve().relative_to(Path(work).resolve())) + "/")
-    objects = scratch / "patch-objects"
-    objects.mkdir(parents=True, exist_ok=True)
-    env = git_env(
-        GIT_DIR=str(git_dir),
-        GIT_WORK_TREE=str(work),
-        GIT_INDEX_FILE=str(scratch / "patch-index"),
-        GIT_OBJECT_DIRECTORY=str(objects),
-        GIT_ALTERNATE_OBJECT_DIRECTORIES=str((git_dir / "objects").resolve()),
-    )
+    """The changes in `box`'s working copy against `base_commit` (default HEAD), new files included, junk
+    and the box's HOME left out. `history`: a .git folder on this machine to read them against instead of
+    the working copy's own (`box` is then a `HostBox`); its objects are only read."""
+    (box.home / FILES).mkdir(parents=True, exist_ok=True)
+    files = box.inside_home / FILES
+    env = {"GIT_INDEX_FILE": str(files / "patch-index")}
+    if history is not None:
+        if not history.is_dir():
+            raise GitError(f"{history.parent} is not a git repository (no .git folder)")
+        if not box.inside_work.is_dir():
+            raise GitError(f"the working copy {box.inside_work} is missing")
+        (box.home / FILES / "patch-objects").mkdir(exist_ok=True)
+        env |= {
+            "GIT_DIR": str(history),
+            "GIT_WORK_TREE": str(box.inside_work),
+            "GIT_OBJECT_DIRECTORY": str(files / "patch-objects"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": str((history / "objects").resolve()),
+        }
+    leave_out = list(exclude)
+    if PurePath(box.inside_home).is_relative_to(box.inside_work):
+        leave_out.append(str(PurePath(box.inside_home).relative_to(box.inside_work)) + "/")
     base = base_commit or "HEAD"
-    if not (await git(["rev-parse", "--verify", "--quiet", f"{base}^{{commit}}"], work, env, check=False)).ok:
-        raise GitError(f"base_commit {base!r} is not in {source}")
-    await git(["read-tree", base], work, env)
-    await git(["add", "-A", "--", ".", *exclude_pathspecs(extra)], work, env)
-    diff = await git(["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", base], work, env)
-    names = await git(["diff", "--cached", "--name-only", "-z", "--no-renames", base], work, env)
-    return Extracted(diff.out, [n for n in names.out.split("\0") if n])
+    rc, _, _ = await git(box, ["rev-parse", "--verify", "--quiet", f"{base}^{{commit}}"], env, check=False)
+    if rc != 0:
+        raise GitError(f"base_commit {base!r} is not in {history or box.inside_work} (rc {rc})")
+    await git(box, ["read-tree", base], env)
+    await git(box, ["add", "-A", "--", ".", *exclude_pathspecs(leave_out)], env)
+    _, diff, _ = await git(box, ["diff", "--cached", "--binary", "--no-color", "--no-ext-diff", base], env)
+    _, names, _ = await git(box, ["diff", "--cached", "--name-only", "-z", "--no-renames", base], env)
+    return Extracted(diff, [n for n in names.split("\0") if n])
 
 
-async def fresh_copy(repo: Path, dest: Path, base_commit: str | None = None) -> None:
-    """A copy of the pristine repo, checked out clean at `base_commit`."""
+async def fresh_copy(repo: Path, box: HostBox, base_commit: str | None = None) -> None:
+    """`box`'s working copy made a copy of the pristine repo, checked out clean at `base_commit`."""
     if not (Path(repo) / ".git").is_dir():
         raise GitError(f"the task repo {repo} is missing or not a git repository")
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(repo, dest, symlinks=True)
+    if box.work.exists():
+        shutil.rmtree(box.work)
+    shutil.copytree(repo, box.work, symlinks=True)
     if base_commit:
-        await git(["checkout", "-q", "--force", "--detach", base_commit], dest)
-    await git(["reset", "-q", "--hard"], dest)
-    await git(["clean", "-q", "-fdx"], dest)
+        await git(box, ["checkout", "-q", "--force", "--detach", base_commit])
+    await git(box, ["reset", "-q", "--hard"])
+    await git(box, ["clean", "-q", "-fdx"])
 
 
-async def patch_paths(patch: str, cwd: Path) -> list[str]:
+async def patch_paths(box: Sandbox, patch: str) -> list[str]:
     """The paths a patch writes to, as git reads them (renames: both sides)."""
-    done = await git(["apply", "--numstat", "-z", "-"], cwd, stdin=patch, check=False)
-    if not done.ok:
-        raise GitError(f"unreadable patch: {done.err.strip()[-500:]}")
+    if not patch.strip():
+        return []
+    rc, out, err = await git(box, ["apply", "--numstat", "-z", str(hand_in(box, "paths.diff", patch))], check=False)
+    if rc != 0:
+        raise GitError(f"unreadable patch: {err.strip()[-500:]}")
     paths: list[str] = []
-    fields = done.out.split("\0")
+    fields = out.split("\0")
     i = 0
     while i < len(fields):
         entry = fields[i]
@@ -143,14 +161,19 @@ async def patch_paths(patch: str, cwd: Path) -> list[str]:
     return paths
 
 
-async def apply_patch(patch: str, cwd: Path, exclude: list[str] | tuple[str, ...] = ()) -> tuple[bool, str]:
-    """Apply with `git apply` (whitespace tolerant); False and git's message when it does not apply."""
+async def apply_patch(
+    box: Sandbox, patch: str, name: str, exclude: list[str] | tuple[str, ...] = ()
+) -> tuple[bool, str]:
+    """`git apply` (whitespace tolerant) in `box`'s working copy; False and git's message when it does not
+    apply, GitError when git could not run."""
     if not patch.strip():
         return True, ""
-    args = ["apply", "--whitespace=nowarn", "--recount", *(f"--exclude={p}" for p in exclude), "-"]
-    done = await git(args, cwd, stdin=patch, check=False)
-    if done.ok:
+    path = hand_in(box, name, patch)
+    args = ["apply", "--whitespace=nowarn", "--recount", *(f"--exclude={p}" for p in exclude), str(path)]
+    rc, out, err = await git(box, args, check=False)
+    if rc == 0:
         return True, ""
-    if done.rc is None or done.timed_out:
-        raise GitError(f"git apply could not run: {done.error or 'timed out'}")
-    return False, done.err.strip()[-2000:]
+    said = (err or out).strip()
+    if rc in CANNOT_RUN_RC or ("not found" in said and "git" in said):
+        raise GitError(f"git apply could not run (rc {rc}): {said[-500:]}")
+    return False, said[-2000:]

@@ -7,6 +7,7 @@ both are accepted. Other fields of the row are kept and ignored here.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -44,6 +45,10 @@ class EvalRow(BaseModel):
             return cls.model_validate(fields)
         except ValidationError as exc:
             raise ConfigError(f"{where}: " + "; ".join(problems(exc, whole="row"))) from exc
+
+    def task_repo(self, given: str | Path | None) -> Path | None:
+        """The pristine task repo on this machine: the runtime's `repo` (`given`), else the row's `repo_path`."""
+        return Path(given) if given else Path(self.repo_path) if self.repo_path else None
 
     @property
     def tests(self) -> list[str]:

@@ -2,18 +2,16 @@
 
 Two ways to get the test log, one way to grade it (`swebench.harness.grading.get_eval_report`):
 
-- local (default; what runs without a container engine): the `tests` evaluator's steps — fresh copy,
-  hidden tests, the agent's patch, the test command — then the output is framed with SWE-bench's
-  start/end/exit-code markers and parsed by the row's `log_parser` (default `parse_log_pytest`).
-  Note that swebench's pytest parser splits on whitespace: test ids with spaces need the `tests`
-  evaluator.
-- docker: for SWE-bench 5.x rows that carry `image` and `eval_script`, when a docker engine answers:
-  the instance image runs SWE-bench's patch-apply sequence and the instance's eval script.
+- the row's own eval script (SWE-bench 5.x rows carry `image` and `eval_script`): run after SWE-bench's
+  patch-apply sequence, exactly as `docker run` would, in a fresh sandbox of the session's image (the
+  session ran in docker, apptainer or image), or from this machine in a container of the row's instance
+  image when a docker engine answers (`InstanceContainer`);
+- otherwise the `tests` evaluator's steps — evaluation copy, hidden tests, the agent's patch, the test
+  command — whose output is framed with SWE-bench's start/end/exit-code markers and parsed by the row's
+  `log_parser` (default `parse_log_pytest`). Note that swebench's pytest parser splits on whitespace:
+  test ids with spaces need the `tests` evaluator.
 
-- in the session's image (the session ran in docker, apptainer or image): a 5.x row's eval script runs
-  in a fresh sandbox of the same image after SWE-bench's patch-apply sequence, exactly as `docker run`
-  would; other rows take the `tests` steps in that sandbox, graded as above.
-
+Both are one path wherever the session ran: only the box the commands run in differs (boxes.py).
 reward = components["resolved"] (swebench's FULL resolution); swebench's F2P/P2P fractions go to details.
 """
 
@@ -27,15 +25,16 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..errors import GitError
-from ..sandbox import TIMEOUT_RC
-from .base import Completed, EvalContext, Evaluation, run
-from .inside import hand_in
+from ..errors import EvaluationError
+from ..sandbox import run_group
+from .base import Completed, EvalContext, Evaluation, Sandbox
+from .boxes import hand_in, run_in
+from .patch import read_patch
 from .row import EvalRow
 from .tests import TestsConfig, TestsEvaluator
 
-CONTAINER_PATCH = "/tmp/polar_patch.diff"
 ENGINE_PROBE_TIMEOUT_S = 10.0
+DOCKER_FAILED_RC = 125  # `docker run` itself failed (no image, no daemon), not the command in it
 # SWE-bench's own fallbacks, in its order (swebench.harness.run_evaluation.GIT_APPLY_CMDS).
 APPLY_CMDS = (
     "git apply --verbose",
@@ -59,7 +58,7 @@ class SwebenchEvaluator(TestsEvaluator):
 
     async def prewarm(self, ctx: EvalContext) -> None:
         row = EvalRow.parse(ctx.fields)
-        if ctx.sandbox is not None and _has_script(row) and ctx.fresh is not None:
+        if _has_script(row) and ctx.fresh is not None:
             await ctx.fresh()  # the eval script applies the hidden tests itself
         else:
             await super().prewarm(ctx)
@@ -67,13 +66,51 @@ class SwebenchEvaluator(TestsEvaluator):
     async def evaluate(self, ctx: EvalContext) -> Evaluation:
         _swebench()  # fail here, with the install hint, rather than after the tests ran
         row = EvalRow.parse(ctx.fields)
+        started = time.monotonic()
+        try:
+            box = await self.script_box(ctx, row)
+        except (EvaluationError, OSError) as exc:
+            return Evaluation.infra(str(exc))
+        if box is None:
+            return await super().evaluate(ctx)  # the `tests` steps, their log graded by swebench (`grade`)
+        return await self.run_script(ctx, row, box, started)
+
+    async def script_box(self, ctx: EvalContext, row: EvalRow) -> Sandbox | None:
+        """Where the row's own eval script runs: a fresh sandbox of the session's image, or from this machine
+        a container of its instance image when an engine answers; None: the `tests` steps grade it."""
         if ctx.sandbox is not None:
-            return await (self._evaluate_script_inside(ctx, row) if _has_script(row) else super().evaluate(ctx))
-        if await self._use_docker(row):
-            return await self._evaluate_docker(ctx, row)
+            return await self.eval_copy(ctx, row, copy=False) if _has_script(row) else None
+        if self.settings.mode != "local" and _has_script(row) and await engine_answers(self.settings.docker):
+            return InstanceContainer(self.settings.docker, self.test_spec(row).image, ctx.scratch / "container")
         if self.settings.mode == "docker":
-            return Evaluation.infra(f"mode docker: no engine answers to `{self.settings.docker} version`")
-        return await super().evaluate(ctx)
+            raise EvaluationError(f"mode docker: no engine answers to `{self.settings.docker} version`")
+        return None
+
+    async def run_script(self, ctx: EvalContext, row: EvalRow, box: Sandbox, started: float) -> Evaluation:
+        """The agent's patch applied as SWE-bench applies it, then the row's eval script, in `box`."""
+        try:
+            patch = await read_patch(ctx, row, self.settings.exclude)
+        except (EvaluationError, OSError) as exc:
+            return Evaluation.infra(str(exc))
+        details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "in_image": ctx.sandbox is not None}
+        if not patch.strip() and not self.settings.run_empty:
+            return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
+        argv = self.script_argv(box, patch, row)
+        budget = max(1.0, min(self.settings.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
+        done = await run_in(box, argv, self.settings.env, budget)
+        details |= {"command": shlex.join(argv), "test_rc": done.rc, "test_timed_out": done.timed_out}
+        details["log_tail"] = (done.out + done.err)[-4000:]
+        if done.rc is None:
+            return Evaluation.infra(f"the eval script could not run: {done.error}", **details)
+        if done.timed_out and self.settings.timeout_is_infrastructure:
+            return Evaluation.infra("the test run timed out", **details)
+        return self._report(ctx, row, done.out + done.err, details)
+
+    def script_argv(self, box: Sandbox, patch: str, row: EvalRow) -> list[str]:
+        """SWE-bench's patch-apply sequence in `box`'s working copy, then the row's eval script."""
+        patch_in = hand_in(box, "agent.diff", patch)
+        script_in = hand_in(box, "eval.sh", self.test_spec(row).eval_script)
+        return ["/bin/bash", "-c", apply_then(box.inside_work, patch_in, script_in)]
 
     async def grade(self, ctx: EvalContext, row: EvalRow, done: Completed, details: dict[str, Any]) -> Evaluation:
         _, constants = _swebench()
@@ -85,6 +122,7 @@ class SwebenchEvaluator(TestsEvaluator):
 
     def _report(self, ctx: EvalContext, row: EvalRow, log: str, details: dict[str, Any]) -> Evaluation:
         grading, _ = _swebench()
+        ctx.scratch.mkdir(parents=True, exist_ok=True)
         log_path = ctx.scratch / "test_output.txt"
         log_path.write_text(log)
         spec = self.test_spec(row)
@@ -124,73 +162,32 @@ class SwebenchEvaluator(TestsEvaluator):
             eval_type=extra.get("eval_type") or "pass_and_fail",
         )
 
-    # ---- the eval script, in the session's image
 
-    async def _evaluate_script_inside(self, ctx: EvalContext, row: EvalRow) -> Evaluation:
-        started = time.monotonic()
-        try:
-            patch = ctx.patch if ctx.patch is not None else await self.extract_inside(ctx, row)
-            if ctx.fresh is None:
-                raise GitError("the session ran in an image but no fresh sandbox can be made for grading")
-            details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "mode": "image"}
-            if not patch.strip() and not self.settings.run_empty:
-                return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
-            box = await ctx.fresh()
-        except (GitError, OSError) as exc:
-            return Evaluation.infra(str(exc))
-        patch_in = hand_in(box, "agent.diff", patch)
-        script_in = hand_in(box, "eval.sh", self.test_spec(row).eval_script)
-        argv = ["/bin/bash", "-c", apply_then(box.inside_work, patch_in, script_in)]
-        budget = max(1.0, min(self.settings.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
-        rc, out, err = await box.exec(argv, self.settings.env, budget)
-        details |= {"test_rc": rc, "test_timed_out": rc == TIMEOUT_RC, "log_tail": (out + err)[-4000:]}
-        if rc == TIMEOUT_RC and self.settings.timeout_is_infrastructure:
-            return Evaluation.infra("the test run timed out", **details)
-        return self._report(ctx, row, out + err, details)
+class InstanceContainer:
+    """A SWE-bench instance image as a `Sandbox`, SWE-bench's own way: each command in a container of its
+    own (`docker run --rm`, no network) in /testbed, the files handed in mounted read-only."""
 
-    # ---- docker
+    inside_work, inside_home = Path("/testbed"), Path("/polar-eval")
+    sandboxed = True
 
-    async def _use_docker(self, row: EvalRow) -> bool:
-        extra = row.model_extra or {}
-        if self.settings.mode == "local" or not (extra.get("image") and extra.get("eval_script")):
-            return False
-        return await engine_answers(self.settings.docker)
+    def __init__(self, docker: str, image: str, home: Path) -> None:
+        self.docker, self.image, self.home = docker, image, home
 
-    def docker_argv(self, row: EvalRow, patch_file: Path, eval_file: Path) -> list[str]:
-        """One `docker run` of the instance image: apply the patch like SWE-bench, then its eval script."""
-        spec = self.test_spec(row)
-        script = apply_then("/testbed", CONTAINER_PATCH, "/eval.sh")
-        mounts = ["-v", f"{patch_file}:{CONTAINER_PATCH}:ro", "-v", f"{eval_file}:/eval.sh:ro"]
-        return [
-            self.settings.docker,
-            "run",
-            "--rm",
-            "--network",
-            "none",
-            *mounts,
-            spec.image,
-            "/bin/bash",
-            "-c",
-            script,
-        ]
+    def argv(self, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+        """The full command line of one command."""
+        mount = ["-v", f"{self.home}:{self.inside_home}:ro"]
+        variables = [part for key, value in (env or {}).items() for part in ("-e", f"{key}={value}")]
+        run = [self.docker, "run", "--rm", "--network", "none", *mount, *variables, "-w", str(self.inside_work)]
+        return [*run, self.image, *argv]
 
-    async def _evaluate_docker(self, ctx: EvalContext, row: EvalRow) -> Evaluation:
-        ctx.scratch.mkdir(parents=True, exist_ok=True)
-        patch = ctx.patch if ctx.patch is not None else await self._extract(ctx, row)
-        details: dict[str, Any] = {"patch_bytes": len(patch.encode()), "mode": "docker"}
-        if not patch.strip() and not self.settings.run_empty:
-            return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
-        patch_file, eval_file = ctx.scratch / "patch.diff", ctx.scratch / "eval.sh"
-        patch_file.write_text(patch)
-        eval_file.write_text(self.test_spec(row).eval_script)
-        argv = self.docker_argv(row, patch_file, eval_file)
-        done = await run(argv, ctx.scratch, None, min(self.settings.timeout_s, ctx.timeout_s))
-        details |= {"command": shlex.join(argv), "test_rc": done.rc, "log_tail": (done.out + done.err)[-4000:]}
-        if done.rc is None or done.rc == 125:  # 125: docker itself failed (no image, no daemon)
-            return Evaluation.infra(f"docker run failed: {done.error or done.err.strip()[-500:]}", **details)
-        if done.timed_out and self.settings.timeout_is_infrastructure:
-            return Evaluation.infra("the test run timed out", **details)
-        return self._report(ctx, row, done.out + done.err, details)
+    async def exec(
+        self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
+    ) -> tuple[int, str, str]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        rc, out, err = await run_group(self.argv(argv, env), None, self.home, timeout)
+        if rc == DOCKER_FAILED_RC:
+            raise OSError(f"docker run failed: {err.strip()[-500:]}")
+        return rc, out, err
 
 
 def apply_then(workdir: str | Path, patch: str | Path, script: str | Path) -> str:
@@ -211,8 +208,12 @@ async def engine_answers(docker: str = "docker") -> bool:
     """True when a container engine answers (the CLI exists and its server replies)."""
     if shutil.which(docker) is None:
         return False
-    probe = await run([docker, "version", "--format", "{{.Server.Version}}"], Path("/"), None, ENGINE_PROBE_TIMEOUT_S)
-    return probe.ok and bool(probe.out.strip())
+    try:
+        rc, out, _ = await run_group([docker, "version", "--format", "{{.Server.Version}}"], None, Path("/"),
+                                     ENGINE_PROBE_TIMEOUT_S)  # fmt: skip
+    except OSError:
+        return False
+    return rc == 0 and bool(out.strip())
 
 
 def _swebench():

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluators.base import EvalContext, Evaluation
+from ..evaluators.boxes import FILES, HostBox
 from ..evaluators.harbor import HarborEvaluator
-from ..evaluators.inside import FILES
 from ..evaluators.patch import apply_patch
 from ..evaluators.tests import TestsEvaluator
 from ..local.vllm_server import DEPS
@@ -155,7 +155,7 @@ async def _check_one(
         try:
             await asyncio.to_thread(shutil.copytree, repo, work, symlinks=True)
             patch = {"reference": task.patch, "no_change": "", "wrong_fix": task.wrong_patch}[check]
-            applied, why = await apply_patch(patch, work)
+            applied, why = await apply_patch(HostBox(work, folder / "home"), patch, "check.diff")
             if not applied:
                 return _failure(task, check, None, expected, f"the {check} patch does not apply: {why}")
             ctx = EvalContext(fields=fields, config={}, work=work, scratch=folder / "scratch", repo=repo)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from nemo_polar.evaluators.boxes import HostBox
 from nemo_polar.evaluators.patch import GitError, extract_patch
 
 
-def _extract(work, tmp_path, **kw):
-    return asyncio.run(extract_patch(work, tmp_path / "scratch", **kw))
+def _extract(work, tmp_path, repo=None, base_commit=None, home=None):
+    """As an evaluator reads a session's patch on this machine: against the pristine repo's history."""
+    box = HostBox(work, home or tmp_path / "scratch")
+    return asyncio.run(extract_patch(box, base_commit, history=Path(repo or work) / ".git"))
 
 
 def test_keeps_changes_and_new_files_and_drops_junk(task_copy, tmp_path):
