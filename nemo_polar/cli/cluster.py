@@ -97,6 +97,34 @@ def _cluster_slurm(args: argparse.Namespace) -> int:
     return 0 if alive else 1
 
 
+def _cluster_docker(args: argparse.Namespace) -> int:
+    from ..local.docker_engine import DockerEngine
+
+    engine = DockerEngine(args.root)
+    if args.action == "up":
+        engine.up()
+    elif args.action == "down":
+        stopped = engine.down()
+        print(json.dumps({"stopped": stopped}) if args.json else f"stopped: {', '.join(stopped) or 'nothing'}")
+        return 0
+    ready = engine.ready()
+    images = engine.client("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.decode().split() if ready else []
+    state = {
+        "ready": ready,
+        "docker_host": engine.env["DOCKER_HOST"],
+        "images": images,
+        "containers": engine.containers(),
+    }
+    if args.json:
+        print(json.dumps(state))
+    elif ready:
+        print(f"dockerd {engine.daemon().pid}; images: {', '.join(images) or 'none'}")  # type: ignore[union-attr]
+        print(f"export DOCKER_HOST={state['docker_host']}")
+    else:
+        print(f"(polar cluster docker up --root {args.root})")
+    return 0 if ready else 1
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     recipes = sub.add_parser("recipes", help="NeMo-RL GRPO recipes").add_subparsers(dest="action", required=True)
     rcheck = recipes.add_parser("check", help="load every recipe as NeMo-RL does and check each key")
@@ -134,7 +162,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
     lside.set_defaults(func=_launch_sidecar, config=LAUNCH)
 
-    cluster = sub.add_parser("cluster", help="a Slurm cluster on this machine, to launch on").add_subparsers(
+    cluster = sub.add_parser("cluster", help="a Slurm cluster or a Docker engine on this machine").add_subparsers(
         dest="kind", required=True
     )
     cslurm = cluster.add_parser("slurm", help="munged, slurmctld and a slurmd per node as root, all under --root")
@@ -151,3 +179,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     cslurm.add_argument("--mode", choices=("host", "chroot"), default="host", help="how the SPANK plugin runs tasks")
     cslurm.add_argument("--json", action="store_true", help="one JSON object")
     cslurm.set_defaults(func=_cluster_slurm)
+    cdocker = cluster.add_parser(
+        "docker", help="a Docker engine of our own (dockerd as root, its data, socket and logs under --root)"
+    )
+    cdocker.add_argument("action", choices=("up", "down", "status"))
+    cdocker.add_argument("--root", default="runs/docker", help="its data, socket, logs (default: runs/docker)")
+    cdocker.add_argument("--json", action="store_true", help="one JSON object")
+    cdocker.set_defaults(func=_cluster_docker)

@@ -49,7 +49,7 @@ def check_images(cfg: LaunchConfig) -> None:
         raise ConfigError(
             f"nemo_rl.container={cfg.nemo_rl.container}: that NeMo-RL release ignores instance_config.mask_sample, "
             f"so infrastructure failures would train as reward 0; use an image of NeMo-RL {NEMO_RL_COMMIT[:7]} "
-            "or later (README: Train with NeMo-RL)"
+            "or later (docs/training.md)"
         )
     if not cfg.polar.container:
         raise ConfigError("polar.container: the image the sidecar runs in (nemo_polar, its harnesses) is required")

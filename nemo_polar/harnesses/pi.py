@@ -1,4 +1,4 @@
-"""Pi: one harness, four wire APIs, chosen by the provider entry in its models.json."""
+"""Pi: one harness, every wire API it speaks, chosen by the provider entry in its models.json."""
 
 from __future__ import annotations
 

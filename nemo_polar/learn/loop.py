@@ -14,7 +14,7 @@ recorded on every later call. A restart of vLLM is the fallback where it cannot 
 With `rollout_url` the sessions run on that rollout server's gateway nodes instead (a Slurm job's:
 `polar launch slurm --learn`), vLLM listening where they reach it (`serve_host`).
 
-This is the CPU reference loop. Training at scale is NeMo-RL's (README: Train with NeMo-RL).
+This is the CPU reference loop. Training at scale is NeMo-RL's (docs/training.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """A Docker engine of our own on this machine, for the `docker` runtime's tests and for a user with one machine
 (`polar cluster docker up`): Debian's `dockerd`, every file under one folder.
 
-`root/` holds `data/` (the engine's `--data-root`: images, containers, their layers), `exec/` (`--exec-root`: its
-containerd's state), `docker.sock`, `docker.pid`, `log/` and `run/daemons.json`. It listens on its own Unix
-socket only and touches no host network: `--iptables=false --ip6tables=false --bridge=none` (a session's
+`root/` holds `data/` (the engine's `--data-root`: images, containers, their layers), `docker.pid`, `log/` and
+`run/daemons.json`; its socket and `--exec-root` (its containerd's state and sockets) live in a short folder of the
+temp dir named after the root, as a Unix socket's path must be short. It listens on its own Unix socket only and
+touches no host network: `--iptables=false --ip6tables=false --bridge=none` (a session's
 container runs with `--network none` and reaches the proxy through a bind-mounted socket, so it needs no bridge).
 Clients find it through `DOCKER_HOST=unix://<root>/docker.sock`.
 
@@ -12,15 +13,17 @@ No registry is reachable from these machines, so images come from root filesyste
 
 Stopping: the containers it runs are removed, then dockerd gets SIGTERM (SIGKILL after `grace_s`) only while
 /proc still names the process `up` started (`daemons.py`); dockerd stops the containerd it started. What the
-engine mounted under `root/` is checked to be gone, and `exec/` is removed.
+engine mounted under its folders is checked to be gone, and the short folder is removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .. import daemons
@@ -56,7 +59,9 @@ class DockerEngine:
     def __init__(self, root: str | Path, grace_s: float = 15.0):
         self.root = Path(root).resolve()
         self.grace_s = grace_s
-        self.socket = self.root / "docker.sock"
+        digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
+        self.run_dir = Path(tempfile.gettempdir()) / f"polar-docker-{digest}"
+        self.socket = self.run_dir / "docker.sock"
 
     @property
     def env(self) -> dict[str, str]:
@@ -67,9 +72,12 @@ class DockerEngine:
         cli = _client()
         if cli is None:
             raise ConfigError("no docker client on PATH")
-        return subprocess.run(
-            [cli, *argv], env=os.environ | self.env, input=stdin, capture_output=True, timeout=timeout, check=False
-        )
+        try:
+            return subprocess.run(
+                [cli, *argv], env=os.environ | self.env, input=stdin, capture_output=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired:  # an engine still starting can hold a client: not an answer
+            return subprocess.CompletedProcess([cli, *argv], 124, b"", f"no answer in {timeout:.0f} s".encode())
 
     def _record(self) -> Path:
         return self.root / "run" / "daemons.json"
@@ -94,13 +102,13 @@ class DockerEngine:
         if why:
             raise ConfigError(f"cannot start a Docker engine here: {why}")
         if not self.alive():
-            for d in ("data", "exec", "log", "run"):
-                (self.root / d).mkdir(parents=True, exist_ok=True)
+            for d in (self.root / "data", self.root / "log", self.root / "run", self.run_dir / "exec"):
+                d.mkdir(parents=True, exist_ok=True)
             self.socket.unlink(missing_ok=True)
             argv = [
                 shutil.which("dockerd", path="/usr/sbin:/usr/bin") or "dockerd",
                 f"--data-root={self.root / 'data'}",
-                f"--exec-root={self.root / 'exec'}",
+                f"--exec-root={self.run_dir / 'exec'}",
                 f"--host=unix://{self.socket}",
                 f"--pidfile={self.root / 'docker.pid'}",
                 "--iptables=false",
@@ -113,7 +121,9 @@ class DockerEngine:
                 self.down()
                 raise ConfigError(f"dockerd did not answer in {timeout_s:.0f} s: {self.log_tail()}")
             if not d.alive():
-                raise ConfigError(f"dockerd exited: {self.log_tail()}")
+                tail = self.log_tail()
+                self.down()  # what it mounted before it gave up
+                raise ConfigError(f"dockerd exited: {tail}")
         self.import_rootfs()
 
     def import_rootfs(self) -> list[str]:
@@ -157,18 +167,17 @@ class DockerEngine:
         left = self.mounts()
         for target in sorted(left, key=len, reverse=True):  # what a killed engine left: deepest first
             subprocess.run(["umount", "-l", target], capture_output=True, check=False)
-        shutil.rmtree(self.root / "exec", ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         self._record().unlink(missing_ok=True)
-        self.socket.unlink(missing_ok=True)
         return stopped
 
     def mounts(self) -> list[str]:
-        """Mount points under the engine's folder (none once it stopped cleanly)."""
-        prefix = str(self.root) + "/"
+        """Mount points under the engine's folders (none once it stopped cleanly)."""
+        prefixes = (str(self.root) + "/", str(self.run_dir) + "/")
         return [
             line.split()[4]
             for line in Path("/proc/self/mountinfo").read_text().splitlines()
-            if line.split()[4].startswith(prefix)
+            if line.split()[4].startswith(prefixes)
         ]
 
     def log_tail(self, lines: int = 8) -> str:

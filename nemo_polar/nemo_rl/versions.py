@@ -1,6 +1,6 @@
 """The one tested version set: the NeMo-RL commit, the NeMo Gym versions our servers run under, the container.
 
-`polar launch slurm` and `polar recipes check` read these; the README's "Train with NeMo-RL" section
+`polar launch slurm` and `polar recipes check` read these; docs/training.md
 states them. NeMo-RL's Gym-path rollouts are masked through `instance_config.mask_sample`, which its
 releases up to v0.7.0 never read: with them an infrastructure failure would train as a reward of 0.
 """

@@ -6,7 +6,7 @@
 
 Both sit on `ControlClient`: aiohttp, one pooled session per client, created on first use in the
 caller's event loop. aiohttp rather than httpx: httpx's pool scanned every connection per request,
-which made a burst of 2,000 dispatches quadratic (README, Measured: rollout server at scale). The
+which made a burst of 2,000 dispatches quadratic (docs/benchmarks.md: the rollout server at scale). The
 proxy's upstream calls, on the hot path, keep their own measured client (`proxy/upstream.py`).
 
 One error mapping: no answer (refused, reset, timed out) is `ControlUnreachable`; an answer with
@@ -148,7 +148,7 @@ def _decode(raw: bytes) -> Any:
 
 
 class RolloutAPI:
-    """A rollout server's REST API (README: Rollout server and gateway nodes)."""
+    """A rollout server's REST API (docs/rollout.md)."""
 
     def __init__(
         self,

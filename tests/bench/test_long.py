@@ -1,5 +1,5 @@
 """`polar bench long` on a short session: every arm answers every turn, the store is measured where
-the README says, and the session's traces are built from it in a process of their own."""
+docs/benchmarks.md says, and the session's traces are built from it in a process of their own."""
 
 from __future__ import annotations
 

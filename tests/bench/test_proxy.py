@@ -1,5 +1,5 @@
 """`polar bench proxy` on a small load: every arm answers, and the JSON carries the figures the
-README quotes, each a ratio that is computed from the arms it names."""
+docs/benchmarks.md quotes, each a ratio that is computed from the arms it names."""
 
 from __future__ import annotations
 

@@ -18,27 +18,15 @@ import pytest
 
 from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.env import gym as polar_gym
+from nemo_polar.env.examples import GYM_ROOT, SERVERS, collect, read_rows, start_stack, stop_stack
 
 from ..conftest import nemo_rl_judge, requires_nemo_rl
-from .conftest import GYM_ROOT, SERVERS, start_stack, stop_stack
 
 pytestmark = [pytest.mark.vllm, pytest.mark.harness]
 
 EXAMPLE = GYM_ROOT / "responses_api_agents/polar_agent/data/example.jsonl"
+TASKS = 2  # its first rows, pi's (the others, one per harness, are in data/example_rollouts.jsonl)
 REPEATS = 2
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def collect(gym_env, input_path: Path, out: Path, repeats: int) -> list[dict]:
-    done = gym_env.gym(
-        "eval", "run", "--no-serve", *gym_env.overrides, "--agent", "polar_agent",
-        "--input", str(input_path), "--output", str(out), "--num-repeats", str(repeats),
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return read_rows(out)
 
 
 def test_gym_builds_our_servers_venvs_and_starts_them(gym_env):
@@ -54,13 +42,15 @@ def test_gym_builds_our_servers_venvs_and_starts_them(gym_env):
 
 @pytest.fixture(scope="module")
 def example_rollouts(gym_env, tmp_path_factory) -> list[dict]:
-    """One collection over data/example.jsonl, REPEATS samples per task (real pi sessions), in task order."""
-    rows = collect(gym_env, EXAMPLE, tmp_path_factory.mktemp("rollouts") / "rollouts.jsonl", REPEATS)
+    """One collection over data/example.jsonl's first TASKS rows, REPEATS samples per task (real pi sessions),
+    in task order."""
+    out = tmp_path_factory.mktemp("rollouts") / "rollouts.jsonl"
+    rows = collect(gym_env, EXAMPLE, out, "--limit", str(TASKS), "--num-repeats", str(REPEATS))
     return sorted(rows, key=lambda r: (r["_ng_task_index"], r.get("_ng_rollout_index", 0)))
 
 
 def test_rollouts_over_the_example_data_complete(example_rollouts):
-    assert len(example_rollouts) == REPEATS * len(read_rows(EXAMPLE))
+    assert len(example_rollouts) == REPEATS * TASKS
     for row in example_rollouts:
         assert row["mask_sample"] is False, row.get("failure_reason")
         assert row["reward"] == 1.0  # session_completed: the harness ran to its end
@@ -121,7 +111,7 @@ def test_a_session_the_node_cannot_start_comes_back_masked(gym_env, tmp_path):
     row["polar"]["runtime"] = {"repo": str(tmp_path / "no-such-repo")}
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(row) + "\n")
-    (result,) = collect(gym_env, bad, tmp_path / "out.jsonl", repeats=1)
+    (result,) = collect(gym_env, bad, tmp_path / "out.jsonl")
     assert result["mask_sample"] is True and result["instance_config"] == {"mask_sample": True}
     assert result["failure_kind"] and result["failure_reason"]
     (sample,) = nemo_rl_judge([result])

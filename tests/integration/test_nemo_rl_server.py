@@ -197,7 +197,7 @@ def test_polar_learn_serving_nemo_rl_runs_on_nemo_rls_runtime(tmp_path):
     """`polar learn serving=nemo_rl` for two small steps: NeMo-RL's server serves (a server of the run's own, on
     the policy's folder), its post-processing makes the batch, its loss trains, the weights reload into its server
     in place (its logprobs match a torch recompute of the weights just trained), and the calls of step k carry
-    version k. Whether the reward rises is left to the longer runs (README, "Train with NeMo-RL")."""
+    version k. Whether the reward rises is left to the longer runs (docs/training.md)."""
     cfg = LearnConfig(run_dir=str(tmp_path), steps=2, prompts=2, samples=4, serving="nemo_rl", solved_after=None)
     run = learn(cfg)
     assert (run["serving"], run["post_processing"], run["loss"]) == ("nemo_rl", "nemo_rl", "nemo_rl")

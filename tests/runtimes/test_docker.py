@@ -4,12 +4,16 @@ set-up's Debian root filesystems (its arguments alone: test_container.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
+import sys
 
 import pytest
 
+from nemo_polar.daemons import identity
 from nemo_polar.errors import ConfigError
-from nemo_polar.local.docker_engine import image_name
+from nemo_polar.local.docker_engine import DockerEngine, image_name
 from nemo_polar.runtimes import TIMEOUT_RC
 from nemo_polar.runtimes.docker import ROOT_LABEL, DockerRuntime, container_name, exec_argv
 from nemo_polar.runtimes.spec import RuntimeSpec
@@ -192,3 +196,31 @@ def test_docker_takes_an_image_or_a_build_context_not_both():
         RuntimeSpec(kind="docker", image="a", build="/b")
     with pytest.raises(ValueError, match="runtime.image or runtime.build"):
         RuntimeSpec(kind="docker")
+
+
+@requires_docker
+def test_polar_cluster_docker_up_status_down_leaves_nothing(tmp_path):
+    """The user's engine: `polar cluster docker up` starts it with the set-up's images, `status` says where it
+    listens, `down` stops it by the pid it started; no dockerd of it, no mount under its folder, is left."""
+    root = tmp_path / "engine"
+
+    def polar(*argv: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-m", "nemo_polar.cli", "cluster", "docker", *argv, "--root", str(root), "--json"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    engine = DockerEngine(root)
+    try:
+        up = polar("up")
+        assert up["ready"] and {image_name("bookworm"), image_name("bookworm-python")} <= set(up["images"])
+        assert up["docker_host"] == engine.env["DOCKER_HOST"] and up["containers"] == []
+        pid = engine.daemon().pid
+        assert engine.mounts()  # its overlay and namespaces, while it runs
+        down = polar("down")
+    finally:
+        engine.down()
+    assert down["stopped"] == [f"dockerd {pid}"]
+    assert identity(pid) is None and engine.mounts() == [] and not engine.socket.exists()

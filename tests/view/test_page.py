@@ -4,7 +4,7 @@ the proxy, two samples of each of the two smoke instructions. The session list r
 tree has the chains the builder produced, a trained token's colour differs from a context token's, and
 the console shows no error.
 
-With POLAR_VIEW_SCREENSHOT=docs/view.png the session page is saved there (the README's picture).
+With POLAR_VIEW_SCREENSHOT=docs/view.png the session page is saved there (the picture docs/view.md shows).
 """
 
 from __future__ import annotations
@@ -125,5 +125,5 @@ def test_a_call_shows_its_native_request_and_answer(up_run, view, open_page):
     text = body.inner_text()
     assert "native request" in text and '"messages"' in text and "answer" in text
     shot = os.environ.get("POLAR_VIEW_SCREENSHOT")
-    if shot:  # the README's picture: a three-call session from this run
+    if shot:  # the picture docs/view.md shows: a three-call session from this run
         page.screenshot(path=shot, full_page=True)
