@@ -82,18 +82,25 @@ def nemo_rl_server(tmp_path_factory) -> Iterator[NemoRLServer]:
 
 
 DOCKER_MISSING = docker_engine.missing()
+# what the bundled Harbor tasks' Dockerfiles start FROM, which no registry here serves: the set-up's Debian images
+STAND_INS = {
+    "debian:bookworm-slim": docker_engine.image_name("bookworm"),
+    "python:3.11-slim-bookworm": docker_engine.image_name("bookworm-python"),
+}
 requires_docker = pytest.mark.skipif(DOCKER_MISSING is not None, reason=DOCKER_MISSING or "")
 
 
 @pytest.fixture(scope="session")
 def docker(tmp_path_factory) -> Iterator[DockerEngine]:
     """A Docker engine of the tests' own (its own data root and socket; DOCKER_HOST points at it while it runs),
-    with the set-up's root filesystems imported as `polar-bookworm:local` and `polar-bookworm-python:local`.
+    with the set-up's root filesystems imported as `polar-bookworm:local` and `polar-bookworm-python:local` (and
+    tagged as what the bundled Harbor tasks start FROM).
     Stopped at the end: no dockerd, container or mount of it left."""
     if DOCKER_MISSING:
         pytest.skip(DOCKER_MISSING)
     engine = DockerEngine(tmp_path_factory.mktemp("docker"))
     engine.up()
+    engine.tag(STAND_INS)
     mp = pytest.MonkeyPatch()
     mp.setenv("DOCKER_HOST", engine.env["DOCKER_HOST"])
     try:

@@ -97,12 +97,20 @@ def _cluster_slurm(args: argparse.Namespace) -> int:
     return 0 if alive else 1
 
 
+def _tag(value: str) -> str:
+    if "=" not in value or not all(value.split("=", 1)):
+        raise argparse.ArgumentTypeError(f"{value!r}: NAME=LOCAL, e.g. debian:bookworm-slim=polar-bookworm:local")
+    return value
+
+
 def _cluster_docker(args: argparse.Namespace) -> int:
     from ..local.docker_engine import DockerEngine
 
     engine = DockerEngine(args.root)
     if args.action == "up":
         engine.up()
+        tags = dict(t.split("=", 1) for t in args.tag)
+        engine.tag(tags)
     elif args.action == "down":
         stopped = engine.down()
         print(json.dumps({"stopped": stopped}) if args.json else f"stopped: {', '.join(stopped) or 'nothing'}")
@@ -184,5 +192,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     cdocker.add_argument("action", choices=("up", "down", "status"))
     cdocker.add_argument("--root", default="runs/docker", help="its data, socket, logs (default: runs/docker)")
+    cdocker.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        type=_tag,
+        metavar="NAME=LOCAL",
+        help="up: NAME as another name of the local image LOCAL, for Dockerfiles that start FROM NAME (repeatable)",
+    )
     cdocker.add_argument("--json", action="store_true", help="one JSON object")
     cdocker.set_defaults(func=_cluster_docker)

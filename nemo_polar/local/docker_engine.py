@@ -147,6 +147,14 @@ class DockerEngine:
             done.append(name)
         return done
 
+    def tag(self, names: dict[str, str]) -> None:
+        """Each `name` as another name for an image the engine has ({"debian:bookworm-slim": "polar-bookworm:local"}):
+        where no registry is reached, what a Dockerfile starts FROM is a local image the user maps."""
+        for name, local in names.items():
+            done = self.client("tag", local, name)
+            if done.returncode != 0:
+                raise ConfigError(f"tagging {local} as {name}: {done.stderr.decode().strip()[-300:]}")
+
     def containers(self) -> list[str]:
         if not self.ready():
             return []

@@ -120,6 +120,16 @@ class DockerRuntime(ContainerRuntime):
         self.container = None
 
     @classmethod
+    def available(cls) -> bool:
+        """Whether an engine answers where the docker SDK looks (DOCKER_HOST, else the default socket)."""
+        try:
+            import docker
+
+            return bool(docker.from_env(timeout=5).ping())
+        except Exception:  # noqa: BLE001 - no SDK or no engine: not available
+            return False
+
+    @classmethod
     def reap(cls, root: Path) -> list[str]:
         """The containers labelled with `root` (a node's folder) that a node killed mid-session left, removed.
         Nothing when the docker SDK or an engine is not there: then there is nothing of ours to find."""

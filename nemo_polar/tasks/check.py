@@ -6,7 +6,8 @@ the patch written into it with `git apply`, then the evaluator as the gateway ca
 check runs the tests too (`run_empty`), so it proves the hidden tests fail on the bug.
 
 The Harbor-format tasks (bundled/harbor/), by the `harbor` evaluator, in each runtime of `runtimes`
-(`local`, and `image` on Debian's root filesystem with python3 when scripts/setup.sh rootfs built it):
+(`local`; `image` on Debian's root filesystem with python3 when scripts/setup.sh rootfs built it; `docker`,
+each task's own Dockerfile built, where an engine answers):
 a session's sandbox from the task's own runtime mapping, `solution/solve.sh` (or the task's
 `solution/wrong.sh`, or nothing) run in it as the agent, then the task's own tests/test.sh.
 """
@@ -27,6 +28,7 @@ from ..evaluators.harbor import HarborEvaluator
 from ..evaluators.patch import apply_patch
 from ..evaluators.tests import TestsEvaluator
 from ..local.vllm_server import DEPS
+from ..runtimes.docker import DockerRuntime
 from ..runtimes.spec import RuntimeSpec
 from .bundled import TASKS
 from .harbor import HarborTask, bundled
@@ -42,10 +44,13 @@ SOLVE_TIMEOUT_S = 120.0
 
 
 def harbor_runtimes() -> list[dict[str, Any]]:
-    """The runtime blocks the Harbor tasks are checked in: local, and image where its root filesystem is."""
+    """The runtime blocks the Harbor tasks are checked in: local; image where its root filesystem is; docker
+    where an engine answers (each task's own Dockerfile built there)."""
     out: list[dict[str, Any]] = [{"kind": "local"}]
     if (ROOTFS_PYTHON / "bin" / "sh").exists():
         out.append({"kind": "image", "image": str(ROOTFS_PYTHON)})
+    if DockerRuntime.available():
+        out.append({"kind": "docker"})
     return out
 
 

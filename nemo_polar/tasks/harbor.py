@@ -18,10 +18,11 @@ read of it, with Harbor's defaults and its legacy forms (`version`, `memory = "1
   kinds that take them; `network_mode` is kept in the fields only: a sandbox reaches the proxy and
   nothing else, whatever the task asks.
 
-The Dockerfile is not built (no runtime here builds images). What it COPYs or ADDs from the build
-context into the working directory becomes the session's working copy (`runtime.repo`), so the
-`local` and `image` runtimes run such tasks as they are; a task that needs what its RUN steps install
-needs an image that has it (`runtime.image`, or its `docker_image`).
+Under `docker` the Dockerfile is built on the node's engine (`runtime.build`, once per content) and the session
+runs in that image, with what its RUN steps install. Elsewhere it is not built: what it COPYs or ADDs from the
+build context into the working directory becomes the session's working copy (`runtime.repo`), so the `local`
+and `image` runtimes run such tasks as they are; a task that needs what its RUN steps install needs an image
+that has it (`runtime.image`, or its `docker_image`).
 """
 
 from __future__ import annotations
@@ -193,12 +194,17 @@ class HarborTask(BaseModel):
         spec = dict(base.model_dump(exclude_defaults=True) if isinstance(base, RuntimeSpec) else base or {})
         kind = spec.get("kind", "local")
         cls, env = RUNTIMES[kind], self.config.environment
-        out: dict[str, Any] = {"repo": str(repo)} if repo is not None else {}
+        takes = cls.Settings.model_fields
+        dockerfile = Path(self.path) / "environment" / "Dockerfile"
+        # a kind that builds runs the task's own image: what its Dockerfile copies and installs is there
+        build = "build" in takes and not env.docker_image and "image" not in spec and dockerfile.is_file()
+        out: dict[str, Any] = {"repo": str(repo)} if repo is not None and not build else {}
+        if build:
+            out["build"] = str(dockerfile.parent)
         if cls.in_image:
             out["workdir"] = self.workdir
             if env.docker_image and cls.pulls:
                 out["image"] = cls.image_ref(env.docker_image)
-            takes = cls.Settings.model_fields
             limits = {"cpus": env.cpus, "memory": f"{env.memory_mb}m" if env.memory_mb else None, "gpus": env.gpus}
             out |= {k: v for k, v in limits.items() if k in takes and v}
         return out | spec

@@ -193,3 +193,14 @@ def test_harbor_reads_every_task_as_we_do(tmp_path):
 def test_a_copied_task_keeps_reading_the_same(tmp_path):
     shutil.copytree(BUNDLED, tmp_path / "ds")
     assert [ours(t) for t in load_dataset(tmp_path / "ds")] == [ours(t) for t in bundled()]
+
+
+def test_under_docker_a_task_runs_its_own_built_image():
+    """A kind that builds gets the task's environment/ as its build context and no working copy (the image holds
+    what the Dockerfile copies and installs at the workdir); its image, when the task names one, wins."""
+    task = next(t for t in bundled() if t.name.endswith("fix-median"))
+    spec = task.runtime({"kind": "docker"}, repo=Path("/elsewhere"))
+    assert spec["build"] == str(Path(task.path) / "environment") and "repo" not in spec
+    assert spec["workdir"] == "/app" and spec["cpus"] == 1 and spec["memory"] == "1024m"
+    assert "build" not in task.runtime({"kind": "docker", "image": "mine:1"})
+    assert "build" not in task.runtime({"kind": "image", "image": "/rootfs"}, repo=Path("/r"))
