@@ -6,14 +6,18 @@ NeMo-RL's own GRPO loss where NeMo-RL is found (NEMO_RL_DIR), else ours."""
 from __future__ import annotations
 
 import json
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from nemo_polar.config import load
 from nemo_polar.learn import LearnConfig, learn
 from nemo_polar.learn.policy import Sample, advantages
+from nemo_polar.local.docker_engine import image_name
 
-from ..conftest import NEMO_RL
+from ..conftest import NEMO_RL, requires_docker
 
 pytestmark = pytest.mark.vllm
 STEPS = 8
@@ -64,3 +68,23 @@ def test_a_group_without_signal_moves_nothing():
     mixed = [Sample([1, 2], [0, 1], [0.0, -1.0], reward, 1) for reward in (0.0, 1.0)]
     adv = advantages(same + mixed)
     assert adv[:2] == [0.0, 0.0] and adv[2] < 0 < adv[3]
+
+
+@pytest.mark.harness
+@requires_docker
+def test_learn_runs_every_session_in_a_container(docker, tmp_path):
+    """`polar learn runtime=docker`: the same loop, every session in a container of the tests' engine (the agent
+    is its working copy); every sample comes back and vLLM still serves the weights torch trained."""
+    cfg = load(
+        LearnConfig,
+        "learn",
+        ["runtime=docker", f"runtime.image={image_name('bookworm-python')}", f"run_dir={tmp_path}", "steps=2",
+         "prompts=2", "samples=4"],
+    )  # fmt: skip
+    run = learn(cfg)
+    assert [(h["samples"], h["left_out"]) for h in run["history"]] == [(8, 0), (8, 0)]
+    assert run["max_logprob_err"] <= 1e-4
+    with closing(sqlite3.connect(Path(run["run_dir"]) / "rollout.sqlite")) as db:
+        specs = [json.loads(row[0]) for row in db.execute("SELECT spec FROM tasks")]
+    assert specs and {s["runtime"]["kind"] for s in specs} == {"docker"}
+    assert docker.containers() == []
