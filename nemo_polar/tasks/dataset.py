@@ -69,12 +69,15 @@ class TaskRow(EvalRow):
         return spec | ({"repo": self.repo_path} if self.repo_path else {})
 
     def image_runtime(self, kind: str = "docker", namespace: str = "swebench") -> dict[str, Any]:
-        """The row's instance image, where the agent works in it, its environment and its set-up steps."""
+        """The row's instance image, where the agent works in it (a copy of its `repo_path` when it has one and
+        no image of its own), its environment and its set-up steps."""
         extra = self.model_extra or {}
         out: dict[str, Any] = {"workdir": extra.get("workdir") or SWE_WORKDIR}
         if extra.get("image") or RUNTIMES[kind].pulls:  # an image folder cannot be named from the row
             out["image"] = image_of(self, namespace, kind)
         out["env"] = extra.get("env") or ({} if extra.get("image") else {"PATH": SWE_PATH})
+        if self.repo_path and not extra.get("image"):  # a repository on this machine (the bundled tasks'): copied in
+            out["repo"] = self.repo_path
         out["prepare"] = extra.get("prepare") or [f"git reset -q --hard {self.base_commit}"]
         if extra.get("eval_prepare") is not None:
             out["eval_prepare"] = extra["eval_prepare"]
