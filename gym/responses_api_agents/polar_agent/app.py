@@ -1,5 +1,17 @@
 # SPDX-FileCopyrightText: Copyright (c) 2026 nemo_polar contributors
 # SPDX-License-Identifier: Apache-2.0
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+# http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
 """polar_agent: NeMo Gym's `/run` for a nemo_polar session (the external-agent-loop pattern).
 
 One `/run` = one dataset row = ONE session (num_samples=1; Gym and NeMo-RL repeat the row for the
