@@ -1,5 +1,6 @@
 """`polar docs`: the reference pages written from the code, so they cannot go stale: docs/cli.md from the
-parser, docs/configuration.md from the settings models and `conf/` (`--check`: only say which differ)."""
+parser, docs/configuration.md from the settings models and `conf/` (`--check`: only say which differ).
+`polar gym-examples`: the Gym servers' acceptance files, made by Gym's own CLI (env/examples.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,17 @@ def _docs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gym_examples(args: argparse.Namespace) -> int:
+    from ..env.examples import run
+    from ..nemo_rl import GYM_VERSIONS
+
+    version = args.gym_version or GYM_VERSIONS[-1]
+    if version not in GYM_VERSIONS:
+        print(f"polar gym-examples: --gym-version {version}: choose from {', '.join(GYM_VERSIONS)}", file=sys.stderr)
+        return 2
+    return run(version, args.readmes)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     docs = sub.add_parser(
         "docs", help="write the reference pages: every command (cli.md), every key (configuration.md)"
@@ -45,3 +57,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     docs.add_argument("--out", default=None, help="the folder to write them to (default: the repository's docs/)")
     docs.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each page that is stale")
     docs.set_defaults(func=_docs)
+    examples = sub.add_parser(
+        "gym-examples",
+        help="remake the Gym servers' acceptance files (data/example_metrics.json, example_rollouts.jsonl) with Gym's "
+        "own CLI against the tiny model, and their READMEs' plug-in lists",
+    )
+    examples.add_argument("--gym-version", default=None, help="whose CLI makes them (default: the newest we run)")
+    examples.add_argument("--readmes", action="store_true", help="only the READMEs' lists of plug-ins")
+    examples.set_defaults(func=_gym_examples)

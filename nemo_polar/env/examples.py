@@ -291,21 +291,26 @@ def write_readmes() -> None:
         print(path, flush=True)
 
 
+def run(gym_version: str = GYM_VERSIONS[-1], readmes_only: bool = False) -> int:
+    """The READMEs' lists, then (unless `readmes_only`) the acceptance files remade with that Gym's CLI."""
+    write_readmes()
+    if readmes_only:
+        return 0
+    if why := missing(gym_version):
+        print(why, file=sys.stderr)
+        return 1
+    started = time.monotonic()
+    remake(gym_version)
+    print(f"remade in {time.monotonic() - started:.0f} s with NeMo Gym {gym_version}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nemo_polar.env.examples", description=__doc__.split("\n\n")[0])
     parser.add_argument("--gym-version", choices=GYM_VERSIONS, default=GYM_VERSIONS[-1], help="whose CLI makes them")
     parser.add_argument("--readmes", action="store_true", help="only the READMEs' lists of plug-ins")
     args = parser.parse_args(argv)
-    write_readmes()
-    if args.readmes:
-        return 0
-    if why := missing(args.gym_version):
-        print(why, file=sys.stderr)
-        return 1
-    started = time.monotonic()
-    remake(args.gym_version)
-    print(f"remade in {time.monotonic() - started:.0f} s with NeMo Gym {args.gym_version}", flush=True)
-    return 0
+    return run(args.gym_version, args.readmes)
 
 
 if __name__ == "__main__":
