@@ -17,9 +17,20 @@ def _data_swe(args: argparse.Namespace) -> int:
 
 
 def _tasks_check(args: argparse.Namespace) -> int:
+    from ..errors import ConfigError
     from ..tasks.check import check_tasks
+    from ..tasks.harbor import load_dataset
 
-    report = check_tasks(workers=args.workers)
+    expected = None
+    if args.expect:
+        try:
+            expected = json.loads(Path(args.expect).read_text())
+        except ValueError as exc:
+            raise ConfigError(f"--expect {args.expect}: not JSON: {exc}") from None
+    if args.harbor:  # a folder of the user's own: its Harbor tasks alone
+        report = check_tasks((), args.workers, load_dataset(args.harbor), expected=expected)
+    else:
+        report = check_tasks(workers=args.workers, expected=expected)
     if args.json:
         print(json.dumps(report))
     else:
@@ -50,10 +61,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     tasks = sub.add_parser("tasks", help="the bundled CPU task set").add_subparsers(dest="action", required=True)
     tcheck = tasks.add_parser(
         "check",
-        help="grade every task's reference fix (1), no change (0), wrong fix (0); Harbor tasks in local and image",
+        help="grade every task's reference fix (1), no change (0), wrong fix (0); Harbor tasks in local, image and "
+        "docker",
     )
     tcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
     tcheck.add_argument("--workers", type=int, default=None, help="tasks graded at once")
+    tcheck.add_argument(
+        "--harbor",
+        default=None,
+        metavar="DIR",
+        help="a folder of Harbor tasks of your own, instead of the bundled set",
+    )
+    tcheck.add_argument(
+        "--expect",
+        default=None,
+        metavar="FILE",
+        help='JSON: per task, what a check gives other than 1 / 0 / 0, e.g. {"org/t": {"reference": 0.5, '
+        '"no_change": "masked"}}',
+    )
     tcheck.set_defaults(func=_tasks_check)
     tbuild = tasks.add_parser("build", help="write the task repos and OUT/tasks.jsonl (SWE-bench style rows)")
     tbuild.add_argument("--out", required=True)

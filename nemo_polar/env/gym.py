@@ -258,8 +258,21 @@ def rollout_output(
         "polar_chains": len(traces),
         "polar_trained_tokens": traces[primary].trained_tokens if primary is not None else 0,
         "polar_untrained_chain_tokens": sum(traces[i].trained_tokens for i in others),
-    }
+    } | verifier_metrics(result)
     return RolloutOutput(response, polar, metrics, problem)
+
+
+def verifier_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers a verifier wrote beside the reward (a Harbor task's reward.json: `lines_ok`, `lines_total`), as
+    `verifier_<key>`: NeMo-RL logs a result's numeric fields per agent. Never `reward_components`, which NeMo-RL
+    requires to sum to the reward."""
+    details = ((result.get("stats") or {}).get("evaluation") or {}).get("details") or {}
+    rewards, key = details.get("rewards") or {}, details.get("reward_key", "reward")
+    return {
+        f"verifier_{k}": float(v)
+        for k, v in rewards.items()
+        if k != key and isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def _load_traces(path: str | None) -> tuple[list[Trace], Verdict | None]:

@@ -102,7 +102,9 @@ class HarborEvaluator(Evaluator):
         if problem is not None:
             return Evaluation.infra(problem, rewards=rewards, **details)
         reward = float(rewards[key])
-        return Evaluation(reward=reward, components={key: reward}, details=details | {"rewards": rewards})
+        return Evaluation(
+            reward=reward, components={key: reward}, details=details | {"rewards": rewards, "reward_key": key}
+        )
 
     def local_box(self, ctx: EvalContext, row: HarborFields) -> HostBox:
         """A local session's working copy at the task's workdir, in bubblewrap over the host's folders, with

@@ -6,6 +6,11 @@ it (/tmp/polar/work and /tmp/polar/home, the same in every session), the harness
 scripts read-only beside them (/tmp/polar/tools, /tmp/polar/scripts), and by default (network "proxy") a network
 namespace of its own with only loopback, in which forward.py listens at the proxy's host:port and
 pipes to the gateway through a Unix socket. Without bubblewrap: plain processes, no isolation.
+
+`workdir` puts the working copy where a task expects it (a Harbor task's /app: its solutions and tests write
+there by absolute path): bubblewrap binds it there, over the host's folders on an empty root
+(`sandbox.host_folders`). Without bubblewrap nothing can put it there, so such a session does not start (an
+agent that could not reach the task's files must never be scored as a wrong answer).
 """
 
 from __future__ import annotations
@@ -18,10 +23,10 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..config import Strict
-from ..sandbox import ProcessGroups, bwrap_argv
+from ..sandbox import BWRAP_HOST, ProcessGroups, bwrap_argv, host_folders
 from . import toolchain
 from .base import (
     FORWARD_SCRIPT,
@@ -29,6 +34,7 @@ from .base import (
     ProxyTunnel,
     Runtime,
     forward_argv,
+    inside_path,
     inside_url,
     make_folders,
     remove_tree,
@@ -44,6 +50,14 @@ IN_TOOLS, IN_SCRIPTS = Path("/tmp/polar/tools"), Path("/tmp/polar/scripts")
 
 class LocalSettings(Strict):
     sandbox: bool = Field(True, description="bubblewrap where present (read-only host, private /tmp)")
+    workdir: str | None = Field(
+        None, description="where commands see the working copy, e.g. a Harbor task's /app (needs bubblewrap)"
+    )
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, workdir: str | None) -> str | None:
+        return None if workdir is None else inside_path(workdir, "runtime.workdir")
 
 
 class LocalRuntime(Runtime):
@@ -67,6 +81,7 @@ class LocalRuntime(Runtime):
             proxy_url=proxy_url,
             network=spec.network,
             env=spec.env,
+            workdir=settings.workdir,
         )
 
     def __init__(
@@ -78,6 +93,7 @@ class LocalRuntime(Runtime):
         proxy_url: str | None = None,
         network: str = "proxy",
         env: dict[str, str] | None = None,
+        workdir: str | None = None,
     ) -> None:
         self.folder = Path(root).resolve() / (session_id or uuid.uuid4().hex)
         self.work, self.home = self.folder / "work", self.folder / "home"
@@ -95,8 +111,13 @@ class LocalRuntime(Runtime):
             self.tunnel = ProxyTunnel(proxy_url, self.folder)
         elif self.bwrap and network == "none":
             self.proxy_url = None
-        # under bubblewrap the session's folders sit at fixed paths on the sandbox's private /tmp
+        # under bubblewrap the session's folders sit at fixed paths on the sandbox's private /tmp, or the working
+        # copy where the task wants it (its top folder the task's, not the host's)
         self.inside_work, self.inside_home = (IN_WORK, IN_HOME) if self.bwrap else (self.work, self.home)
+        self.workdir, self.root_args = workdir, BWRAP_HOST
+        if self.bwrap and workdir:
+            self.inside_work = Path(workdir)
+            self.root_args = host_folders(leave_out=[Path(workdir).parts[1]])
         if self.bwrap:
             self.inside_tools, self.inside_scripts = IN_TOOLS, IN_SCRIPTS
         self.groups = ProcessGroups()
@@ -110,6 +131,11 @@ class LocalRuntime(Runtime):
         return self.bwrap is not None and self.network != "host"
 
     async def start(self) -> None:
+        if self.workdir and not self.bwrap:
+            raise RuntimeError(
+                f"runtime.workdir {self.workdir}: only bubblewrap can put the working copy there, and this machine "
+                "runs sessions without it (install bubblewrap, or run the task in an image)"
+            )
         await asyncio.to_thread(make_folders, self.folder, self.work, self.home, self.repo)
         if self.tunnel is not None:
             try:
@@ -133,7 +159,15 @@ class LocalRuntime(Runtime):
             extra += ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
             argv = forward_argv(HOST_PYTHON, str(FORWARD_SCRIPT), self.listen, str(self.tunnel.socket_path), argv)
         writable = [(self.work, self.inside_work), (self.home, self.inside_home)]
-        return bwrap_argv(self.bwrap, argv, writable, self.inside_work, network=not self.isolated_network, extra=extra)
+        return bwrap_argv(
+            self.bwrap,
+            argv,
+            writable,
+            self.inside_work,
+            network=not self.isolated_network,
+            extra=extra,
+            root=self.root_args,
+        )
 
     async def exec(
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None

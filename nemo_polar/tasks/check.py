@@ -5,11 +5,14 @@ The SWE-style tasks, by the `tests` evaluator: each check plays the agent with a
 the patch written into it with `git apply`, then the evaluator as the gateway calls it. The no-change
 check runs the tests too (`run_empty`), so it proves the hidden tests fail on the bug.
 
-The Harbor-format tasks (bundled/harbor/), by the `harbor` evaluator, in each runtime of `runtimes`
+The Harbor-format tasks (bundled/harbor/, or a folder of your own), by the `harbor` evaluator, in each runtime of
+`runtimes`
 (`local`; `image` on Debian's root filesystem with python3 when scripts/setup.sh rootfs built it; `docker`,
 each task's own Dockerfile built, where an engine answers):
 a session's sandbox from the task's own runtime mapping, `solution/solve.sh` (or the task's
-`solution/wrong.sh`, or nothing) run in it as the agent, then the task's own tests/test.sh.
+`solution/wrong.sh`, or nothing) run in it as the agent, then the task's own tests/test.sh. What each check should
+give is 1 / 0 / 0 (the wrong fix only where `solution/wrong.sh` is) unless `expected` says otherwise for the task: a
+partial score, or "masked" for a verifier that gives no valid reward.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..evaluators.base import EvalContext, Evaluation
 from ..evaluators.boxes import FILES, HostBox
 from ..evaluators.harbor import HarborEvaluator
@@ -54,21 +58,46 @@ def harbor_runtimes() -> list[dict[str, Any]]:
     return out
 
 
+MASKED = "masked"  # an expectation: the verifier gives no valid reward, and the session is masked
+Expected = float | str
+
+
+def harbor_checks(
+    task: HarborTask, expected: dict[str, dict[str, Expected]] | None = None
+) -> list[tuple[str, Expected]]:
+    """(check, what it should give) for one Harbor task: 1 / 0, and 0 for `solution/wrong.sh` where the task has
+    one, each overridden by `expected[task name or id]` (e.g. {"reference": 0.5, "no_change": "masked"})."""
+    checks = {"reference": 1.0, "no_change": 0.0}
+    if (task.solution / HARBOR_SCRIPTS["wrong_fix"]).is_file():
+        checks["wrong_fix"] = 0.0
+    mine = (expected or {}).get(task.name) or (expected or {}).get(task.task_id) or {}
+    unknown = set(mine) - set(HARBOR_SCRIPTS)
+    if unknown:
+        raise ConfigError(f"expected[{task.name}]: no check {sorted(unknown)}; the checks: {list(HARBOR_SCRIPTS)}")
+    return list((checks | mine).items())
+
+
 def check_tasks(
     tasks: tuple[BundledTask, ...] = TASKS,
     workers: int | None = None,
     harbor: list[HarborTask] | None = None,
     runtimes: list[dict[str, Any]] | None = None,
+    expected: dict[str, dict[str, Expected]] | None = None,
 ) -> dict[str, Any]:
     """{"tasks", "checks", "correct", "failures": [{task, check, got, expected, detail, [runtime]}],
     "runtimes" (those the Harbor tasks ran in), "elapsed_s"}."""
     harbor = bundled() if harbor is None else harbor
     runtimes = harbor_runtimes() if runtimes is None else runtimes
-    return asyncio.run(_check_all(tasks, harbor, runtimes, workers or min(8, (os.cpu_count() or 2) * 2)))
+    checks = {t.task_id: harbor_checks(t, expected) for t in harbor}
+    return asyncio.run(_check_all(tasks, harbor, checks, runtimes, workers or min(8, (os.cpu_count() or 2) * 2)))
 
 
 async def _check_all(
-    tasks: tuple[BundledTask, ...], harbor: list[HarborTask], runtimes: list[dict[str, Any]], workers: int
+    tasks: tuple[BundledTask, ...],
+    harbor: list[HarborTask],
+    checks: dict[str, list[tuple[str, Expected]]],
+    runtimes: list[dict[str, Any]],
+    workers: int,
 ) -> dict[str, Any]:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="polar-tasks-check-") as tmp:
@@ -85,7 +114,7 @@ async def _check_all(
             _check_harbor(gate, t, copies[t.task_id], rt, root / "runs", c, e)
             for t in harbor
             for rt in runtimes
-            for c, e in CHECKS
+            for c, e in checks[t.task_id]
         ]
         outcomes = await asyncio.gather(*jobs)
     failures = [o for o in outcomes if o is not None]
@@ -106,7 +135,7 @@ async def _check_harbor(
     block: dict[str, Any],
     runs: Path,
     check: str,
-    expected: float,
+    expected: Expected,
 ) -> dict[str, Any] | None:
     """One Harbor task, one runtime, one check: the solution as the agent, then the task's own verifier."""
     kind = block["kind"]
@@ -126,6 +155,8 @@ async def _check_harbor(
     if isinstance(result, str):
         return fail | {"detail": result}
     if result.infrastructure_error is not None:
+        if expected == MASKED:
+            return None
         return fail | {"detail": result.infrastructure_error + " " + str(result.details.get("log_tail", ""))[-500:]}
     if result.reward != expected:
         return fail | {"got": result.reward, "detail": str(result.details.get("log_tail", ""))[-1000:]}

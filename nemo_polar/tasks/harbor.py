@@ -201,8 +201,9 @@ class HarborTask(BaseModel):
         out: dict[str, Any] = {"repo": str(repo)} if repo is not None and not build else {}
         if build:
             out["build"] = str(dockerfile.parent)
-        if cls.in_image:
+        if "workdir" in takes:  # where its solutions and tests expect the files: every kind that can put them there
             out["workdir"] = self.workdir
+        if cls.in_image:
             if env.docker_image and cls.pulls:
                 out["image"] = cls.image_ref(env.docker_image)
             limits = {"cpus": env.cpus, "memory": f"{env.memory_mb}m" if env.memory_mb else None, "gpus": env.gpus}

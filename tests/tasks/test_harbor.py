@@ -65,7 +65,7 @@ def test_the_runtime_block_is_completed_from_the_task(tmp_path):
     assert task.runtime({"kind": "apptainer", "image": "/sif/mine.sif"})["image"] == "/sif/mine.sif"  # yours win
     image = task.runtime({"kind": "image", "image": "/rootfs"}, repo=tmp_path)
     assert image == {"kind": "image", "image": "/rootfs", "workdir": "/app", "repo": str(tmp_path)}  # no limits
-    assert task.runtime(None, repo=tmp_path) == {"repo": str(tmp_path)}
+    assert task.runtime(None, repo=tmp_path) == {"repo": str(tmp_path), "workdir": "/app"}  # local binds it there
     spec = task.task_spec({"name": "shell", "command": "true"}, runtime={"kind": "docker"})
     assert spec.task_id == "t" and spec.evaluator.kind == "harbor" and spec.fields["harbor"]["path"] == task.path
     assert spec.runtime.options["cpus"] == 2.0 and spec.agent_timeout_s == 1200  # no [agent].timeout_sec: ours
