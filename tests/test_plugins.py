@@ -217,7 +217,7 @@ def test_a_runtime_of_your_own_gets_what_a_builtin_gets(own, tmp_path):
         TaskSpec.model_validate(
             {"instruction": "x", "harness": {"name": "pi"}, "runtime": {"kind": f"{own}:MyRuntime", "flavour": "sour"}}
         )
-    with pytest.raises(ValidationError, match=r"not a setting of runtime .*its settings: sandbox, flavour"):
+    with pytest.raises(ValidationError, match=r"not a setting of runtime .*its settings: sandbox, workdir, flavour"):
         RuntimeSpec(kind=f"{own}:MyRuntime", cpus=2)
     spec = RuntimeSpec(kind=f"{own}:MyRuntime", flavour="salted", sandbox=False)
     assert spec.make(tmp_path, "s1", URL).flavour == "salted"
@@ -237,7 +237,9 @@ def test_a_runtime_of_your_own_gets_what_a_builtin_gets(own, tmp_path):
 
 
 def test_a_runtime_kind_refuses_the_settings_of_another():
-    with pytest.raises(ValidationError, match=r"cpus\n.*not a setting of runtime 'local' \(its settings: sandbox\)"):
+    with pytest.raises(
+        ValidationError, match=r"cpus\n.*not a setting of runtime 'local' \(its settings: sandbox, workdir\)"
+    ):
         RuntimeSpec(kind="local", cpus=2)
     with pytest.raises(ValidationError, match=r"image\n.*Field required"):
         RuntimeSpec(kind="apptainer")
