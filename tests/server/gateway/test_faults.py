@@ -72,6 +72,20 @@ def gateway(tmp_path: Path, node_id: str, rollout_url: str, upstream_url: str, *
     return proc, url
 
 
+def rollout_config(tmp_path: Path) -> RolloutConfig:
+    """A rollout server in this process that reaps lost nodes at once."""
+    return RolloutConfig(
+        port=0, control_token=TOKEN, reap_interval_s=0.1, store={"path": str(tmp_path / "rollout.sqlite")}
+    )
+
+
+def node_up(tmp_path: Path, node_id: str, rollout_url: str, upstream_url: str) -> subprocess.Popen:
+    """A gateway node's process, once it has registered."""
+    proc, _ = gateway(tmp_path, node_id, rollout_url, upstream_url)
+    wait_for(lambda: node_registered(rollout_url, node_id), 30, f"{node_id} to register")
+    return proc
+
+
 def node_registered(rollout_url: str, node_id: str) -> bool:
     nodes = httpx.get(rollout_url + "/nodes", timeout=2).json()["nodes"]
     return any(n["node_id"] == node_id and n["healthy"] for n in nodes)
@@ -103,13 +117,9 @@ def test_kill_9_of_a_node_mid_session(fake_upstream, tmp_path):
     slow_until = int(time.time()) + 15
     marker = f"{61 + os.getpid() % 1000}.{os.getpid() % 997}"  # a sleep length unique to this run
     command = f"[ $(date +%s) -ge {slow_until} ] || sleep {marker}; echo done > out.txt"
-    cfg = RolloutConfig(
-        port=0, control_token=TOKEN, reap_interval_s=0.1, store={"path": str(tmp_path / "rollout.sqlite")}
-    )
-    with RolloutThread(cfg) as rollout:
-        first, _ = gateway(tmp_path, "n1", rollout.url, fake_upstream.url)
+    with RolloutThread(rollout_config(tmp_path)) as rollout:
+        first = node_up(tmp_path, "n1", rollout.url, fake_upstream.url)
         try:
-            wait_for(lambda: node_registered(rollout.url, "n1"), 30, "n1 to register")
             task = {
                 "task_id": "t",
                 "instruction": "work",
@@ -195,13 +205,9 @@ def test_kill_9_of_a_node_running_docker_sessions_leaves_no_container_after_its_
     """A node whose sessions run in containers is killed -9 mid-session: its containers outlive it (the engine
     owns them), and the node, started again on its folder, finds them by their label and removes them; the
     sessions end masked."""
-    cfg = RolloutConfig(
-        port=0, control_token=TOKEN, reap_interval_s=0.1, store={"path": str(tmp_path / "rollout.sqlite")}
-    )
-    with RolloutThread(cfg) as rollout:
-        node, _ = gateway(tmp_path, "n1", rollout.url, fake_upstream.url)
+    with RolloutThread(rollout_config(tmp_path)) as rollout:
+        node = node_up(tmp_path, "n1", rollout.url, fake_upstream.url)
         try:
-            wait_for(lambda: node_registered(rollout.url, "n1"), 30, "n1 to register")
             task = {
                 "task_id": "t",
                 "instruction": "work",
