@@ -162,7 +162,7 @@ def test_image_command(tmp_path, no_engine):
         ({"kind": "image", "image": "relative/rootfs"}, "absolute"),
         ({"kind": "image", "image": "/r", "memory": "2g"}, "runtime.memory"),
         ({"kind": "image", "image": "/r", "gpus": 1}, "runtime.gpus"),
-        ({"kind": "local", "workdir": "/testbed"}, "runtime.workdir"),
+        ({"kind": "local", "workdir": "testbed"}, "workdir"),  # local takes one too (a Harbor task's /app)
         ({"kind": "local", "volumes": ["/a:/b"]}, "runtime.volumes"),
         ({"kind": "docker", "image": "i", "workdir": "testbed"}, "workdir"),
         ({"kind": "docker", "image": "i", "workdir": "/polar/x"}, "/polar"),
