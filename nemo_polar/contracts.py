@@ -14,7 +14,7 @@ plug-ins are not loaded again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -55,6 +55,19 @@ class HarnessSpec(BaseModel):
         if not stored(info):
             HARNESSES.validate(self.name, self.options)
         return self
+
+
+class SessionBudget(Strict):
+    """What one session may spend at the model: once spent, every further call is answered with a terminal error in
+    the harness's dialect, the harness is stopped, and the session ends `budget_spent`: masked, or graded as it
+    stands (`on_spent: score`). Never left to run to its timeout."""
+
+    calls: int | None = Field(
+        None, ge=1, le=1_000_000, strict=True, description="model calls, side calls included (null: the harness's "
+        "max_steps for a harness that does not stop itself there, else none)"
+    )
+    tokens: int | None = Field(None, ge=1, le=1 << 32, strict=True, description="sampled tokens, over every call")
+    on_spent: Literal["mask", "score"] = Field("mask", description="mask the session, or grade what the agent left")
 
 
 class EvaluatorSpec(Strict):
@@ -111,6 +124,7 @@ class TaskSpec(Strict):
     upstream_model: str | None = Field(
         None, description="the name that server serves the policy under (NeMo-RL: policy.model_name)"
     )
+    budget: SessionBudget = Field(default_factory=SessionBudget, description="what one session may spend")
     max_output_tokens: int | None = Field(
         None,
         ge=1,
@@ -136,6 +150,14 @@ class TaskSpec(Strict):
         if self.early_stop_k is not None and self.group_id is None and self.early_stop_k > self.num_samples:
             raise ValueError(f"early_stop_k ({self.early_stop_k}) is more than num_samples ({self.num_samples})")
         return self
+
+    @property
+    def call_budget(self) -> int | None:
+        """The session's budget of model calls: `budget.calls`, else the harness's `max_steps` where the harness
+        does not stop itself there (the proxy enforces it), else none."""
+        if self.budget.calls is not None:
+            return self.budget.calls
+        return None if HARNESSES[self.harness.name].stops_at_max_steps else self.harness.max_steps
 
 
 def http_url(url: str, what: str) -> str:

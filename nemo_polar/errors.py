@@ -91,6 +91,12 @@ class IllegalMove(Conflict):
     """A state report the session's state machine refuses (see `contracts.legal`)."""
 
 
+class BudgetSpent(RequestInvalid):
+    """The session has spent its budget of calls or sampled tokens: a terminal 400, never one to retry."""
+
+    kind = "budget_spent"
+
+
 class Unauthorized(PolarError):
     status_code = 401
     kind = "unauthorized"

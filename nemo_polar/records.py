@@ -75,6 +75,8 @@ class Session(BaseModel):
     upstream_url: str | None = Field(None, description="this session's own inference server (a task's)")
     upstream_model: str | None = Field(None, description="the name that server serves the policy under")
     max_tokens: int | None = Field(None, description="cap on each call's sampled tokens (the task's)")
+    max_calls: int | None = Field(None, description="the session's budget of model calls (the task's)")
+    max_sampled: int | None = Field(None, description="the session's budget of sampled tokens, over every call")
 
 
 class RecordStore(Protocol):

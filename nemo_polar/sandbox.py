@@ -110,6 +110,7 @@ async def run_group(
         timed_out = True
     except BaseException:
         readers.cancel()
+        readers.add_done_callback(lambda f: f.cancelled() or f.exception())  # what the cancelled readers raised
         raise
     finally:  # also on cancellation: never leave the group behind
         kill_group(proc.pid)

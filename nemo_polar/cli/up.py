@@ -23,7 +23,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ..config import ProxyConfig, Strict
-from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, TaskSpec
+from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, SessionBudget, TaskSpec
 from ..errors import ConfigError
 from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
@@ -88,6 +88,9 @@ class UpConfig(Strict):
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     num_samples: int = Field(2, ge=1)
     max_steps: int = Field(3, ge=1)
+    budget: SessionBudget = Field(
+        default_factory=SessionBudget, description="what each session may spend: calls, sampled tokens, on_spent"
+    )
     session_timeout_s: float = Field(600, gt=0)
     agent_timeout_s: float = Field(300, gt=0)
     vllm: VLLMConfig = VLLMConfig()
@@ -158,6 +161,7 @@ def tasks(cfg: UpConfig, run_dir: Path | None = None) -> list[TaskSpec]:
                     builder=cfg.builder.kind,
                     evaluator=cfg.evaluator,
                     num_samples=cfg.num_samples,
+                    budget=cfg.budget,
                     **({"session_timeout_s": cfg.session_timeout_s, "agent_timeout_s": cfg.agent_timeout_s} | keys),
                 )
             )

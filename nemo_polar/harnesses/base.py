@@ -71,6 +71,9 @@ class Harness(Plugin, ABC):
     pin: ClassVar[Pin | None] = None
     # what `polar runtime check` adds to its defaults to run it with no task of its own (shell: a command)
     check_options: ClassVar[Mapping[str, Any]] = {}
+    # whether the harness stops itself after `max_steps` (its launch passes it on); where it does not, the proxy
+    # holds its session to that many model calls (`contracts.TaskSpec.call_budget`)
+    stops_at_max_steps: ClassVar[bool] = True
     settings: HarnessSettings
 
     @abstractmethod

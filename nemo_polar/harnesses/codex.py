@@ -8,6 +8,7 @@ from .versions import Pin
 
 class Codex(Harness):
     name = "codex"
+    stops_at_max_steps = False  # max_steps is enforced by the proxy, as a budget of model calls
     pin = Pin("@openai/codex", "0.169.0", "npm")
     dialects = ("openai_responses",)
     log_files = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")

@@ -67,6 +67,7 @@ def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
 
 class Opencode(Harness):
     name = "opencode"
+    stops_at_max_steps = False  # max_steps is enforced by the proxy, as a budget of model calls
     pin = Pin("opencode-ai", "1.18.33", "npm")
     dialects = ("openai_chat",)
     Settings = OpencodeSettings

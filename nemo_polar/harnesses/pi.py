@@ -32,6 +32,7 @@ class PiSettings(HarnessSettings):
 
 class Pi(Harness):
     name = "pi"
+    stops_at_max_steps = False  # max_steps is enforced by the proxy, as a budget of model calls
     pin = Pin("@mariozechner/pi-coding-agent", "0.73.1", "npm")
     dialects = tuple(API)
     Settings = PiSettings

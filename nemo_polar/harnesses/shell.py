@@ -36,6 +36,7 @@ head -c 600 <&3 | head -1 | grep -q " 200 "
 
 class Shell(Harness):
     name = "shell"
+    stops_at_max_steps = False  # max_steps is enforced by the proxy, as a budget of model calls
     dialects = ("openai_chat", "openai_responses", "anthropic", "gemini")
     Settings = ShellSettings
     settings: ShellSettings

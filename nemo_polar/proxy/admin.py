@@ -35,6 +35,8 @@ class SessionOpening(BaseModel):
     upstream_url: str | None = None
     upstream_model: str | None = None
     max_tokens: int | None = Field(None, ge=1)
+    max_calls: int | None = Field(None, ge=1)
+    max_sampled: int | None = Field(None, ge=1)
 
 
 class Admin:

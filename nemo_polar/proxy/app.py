@@ -164,8 +164,12 @@ class Proxy:
 
     # --- what a gateway node uses (server/gateway/proxy_surface.ProxySurface) ---------------------
     def open_session(self, **opening: Any) -> Session:
-        """A capture session (`metadata`, `upstream_url`, `upstream_model`, `max_tokens`)."""
+        """A capture session (`metadata`, `upstream_url`, `upstream_model`, `max_tokens`, its budget's `max_calls`
+        and `max_sampled`)."""
         return self.sessions.open(**opening)
+
+    def budget_spent(self, session_id: str) -> str | None:
+        return self.sessions.spent_why.get(session_id)
 
     def close_session(self, session_id: str) -> None:
         self.sessions.close(session_id)

@@ -148,7 +148,8 @@ class CallPipeline:
         if parsed.seen is not None:
             self.sessions.history.keep(session.id, parsed.seen)
         native = parsed.native
-        for cap in (self.limits.max_tokens, session.max_tokens):
+        # a session's budget: refused once spent, and no call may sample past what is left of it
+        for cap in (self.limits.max_tokens, session.max_tokens, self.sessions.budget_left(session)):
             if cap is not None:
                 chat.max_tokens = min(chat.max_tokens or cap, cap)
         return Call(session, dialect, scrub(native), raw, chat, self.sessions.next_seq(session.id))

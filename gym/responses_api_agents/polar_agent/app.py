@@ -66,6 +66,7 @@ class PolarAgentConfig(BaseResponsesAPIAgentConfig):
     evaluator: dict[str, Any] = {}
     session_timeout_s: float = 1800
     agent_timeout_s: float = 1200
+    budget: dict[str, Any] = {}  # what each session may spend: {calls, tokens, on_spent: mask | score}
     # What the node's proxy pins (conf/backend): checked against the row's pair, which NeMo-RL sets.
     backend: dict[str, Any] = {}
     # GRPO groups: NeMo-RL repeats each row `group_size` times (recipe: ${grpo.num_generations_per_prompt});
@@ -118,6 +119,7 @@ class PolarAgent(SimpleResponsesAPIAgent):
             "evaluator": c.evaluator or None,
             "session_timeout_s": c.session_timeout_s,
             "agent_timeout_s": c.agent_timeout_s,
+            "budget": c.budget or None,
             "metadata": {"policy_model": c.model_server.name} if c.model_server else {},
         }
 

@@ -37,8 +37,14 @@ class ProxySurface(Protocol):
         upstream_url: str | None = None,
         upstream_model: str | None = None,
         max_tokens: int | None = None,
+        max_calls: int | None = None,
+        max_sampled: int | None = None,
     ) -> Session:
-        """A capture session whose key the harness uses; its calls go to `upstream_url` when set."""
+        """A capture session whose key the harness uses; its calls go to `upstream_url` when set, each capped at
+        `max_tokens`; once it has made `max_calls` calls or sampled `max_sampled` tokens, every call is refused."""
+
+    def budget_spent(self, session_id: str) -> str | None:
+        """Why the session's calls are refused for its budget; None while it has some left."""
 
     def close_session(self, session_id: str) -> None:
         """The session is final: its key is refused from now on (401); its records stay readable."""

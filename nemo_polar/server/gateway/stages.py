@@ -43,6 +43,8 @@ from .proxy_surface import ProxySurface
 
 log = logging.getLogger(__name__)
 EVAL_MIN_S = 60.0  # the evaluation's floor when the session budget is (nearly) spent
+BUDGET_POLL_S = 0.25  # how often a running agent's session is checked for a spent budget
+BUDGET_GRACE_S = 5.0  # how long a harness refused for its budget may take to stop by itself
 STREAM_TAIL = 20_000  # characters of the harness's stdout and stderr kept in the node's memory
 
 
@@ -65,6 +67,7 @@ class Work:
     eval_runtime: Runtime | None = None  # the fresh sandbox grading a session that ran in an image
     eval_starting: asyncio.Task | None = None
     infra_error: str | None = None  # set when the session failed for the node's sake: masked
+    budget_spent: str | None = None  # why the proxy refused the session's calls for its budget
 
 
 class HarnessStages:
@@ -97,6 +100,8 @@ class HarnessStages:
             upstream_url=task.upstream_url,
             upstream_model=task.upstream_model,
             max_tokens=task.max_output_tokens,
+            max_calls=task.call_budget,
+            max_sampled=task.budget.tokens,
         )
 
     async def run(self, job: Job[Work]) -> None:
@@ -113,14 +118,34 @@ class HarnessStages:
                 task.harness.max_steps,
             )
             launch.write_files(runtime.home)
-            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=job.agent_timeout_s)
+            agent = asyncio.ensure_future(runtime.exec(launch.argv, launch.env, timeout=job.agent_timeout_s))
+            work.budget_spent = await self._watch_budget(agent, opened.id)
+            rc, out, err = (await agent) if not agent.cancelled() else (None, "", "(stopped: its budget was spent)")
         except Exception as exc:
             work.infra_error = str(exc) if isinstance(exc, HarnessNotInstalled) else f"{type(exc).__name__}: {exc}"
             raise
-        work.exit_code, work.agent_timed_out = rc, rc == TIMEOUT_RC
+        work.exit_code, work.agent_timed_out = rc, rc == TIMEOUT_RC and work.budget_spent is None
         work.stdout_tail, work.stderr_tail = out[-STREAM_TAIL:], err[-STREAM_TAIL:]
         folder = self.root / "logs" / job.session_id
         work.logs = str(await asyncio.to_thread(keep_logs, folder, out, err, runtime.home, harness.log_files))
+
+    async def _watch_budget(self, agent: asyncio.Future, session_id: str) -> str | None:
+        """While the agent runs: once the proxy refuses its calls for the session's budget, the harness gets
+        `BUDGET_GRACE_S` to stop by itself (a terminal 400 ends most), then is stopped. Why, or None."""
+        try:
+            while not agent.done():
+                why = self.proxy.budget_spent(session_id)
+                if why is not None:
+                    done, _ = await asyncio.wait([agent], timeout=BUDGET_GRACE_S)
+                    if not done:
+                        agent.cancel()  # its process group is killed (a container's goes at stop)
+                        await asyncio.gather(agent, return_exceptions=True)
+                    return why
+                await asyncio.wait([agent], timeout=BUDGET_POLL_S)
+        except BaseException:
+            agent.cancel()
+            raise
+        return self.proxy.budget_spent(session_id)
 
     async def prewarm_eval(self, job: Job[Work]) -> None:
         """Started next to RUN: the evaluator prepares its copy of the repo while the agent works.
@@ -203,6 +228,8 @@ class HarnessStages:
             return None
         if work.infra_error is not None:
             return Evaluation.infra(work.infra_error)
+        if work.budget_spent is not None and work.request.task.budget.on_spent == "mask":
+            return Evaluation.infra(work.budget_spent)
         status = job.outcome or SessionState.COMPLETED
         if status is SessionState.CANCELLED:  # early stop or shutdown: not graded, and never a 0 in training
             return Evaluation.infra(f"not graded: {job.cause or 'cancelled'}")
@@ -246,10 +273,14 @@ class HarnessStages:
             stats=stats
             | {"exit_code": work.exit_code, "agent_timed_out": work.agent_timed_out, "finished_at": time.time()}
             | {"logs": work.logs, "harness_version": work.harness_version, "evaluation_s": work.evaluation_s}
+            | ({"budget_spent": work.budget_spent} if work.budget_spent else {})
             | ({"prepare": work.prepare} if work.prepare else {})
             | ({"evaluation": evaluated} if evaluated else {}),
             rollup=summed,
             timing=job.timing.model_copy(),
             node_id=self.node_id,
-            error=job.error or job.cause or (f"evaluation: {failure}" if evaluation and failure else None),
+            error=job.error
+            or job.cause
+            or (failure if failure and failure == work.budget_spent else None)
+            or (f"evaluation: {failure}" if evaluation and failure else None),
         )

@@ -4,11 +4,13 @@ proxy (fake upstream: this is about the node's wiring, the model is not the poin
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import httpx
 
 from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
+from nemo_polar.harnesses.shell import CHECK_AGENT
 from nemo_polar.harnesses.versions import PINS
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
@@ -84,3 +86,41 @@ def test_a_failure_of_the_node_in_run_is_masked_not_scored(proxy, tmp_path, monk
     result = run_one(proxy, tmp_path, _request("s-3", name="shell", command="true"))
     assert result.status is SessionState.ERROR and result.masked and result.reward is None
     assert "OSError: the toolchain is not mounted" in result.error
+
+
+# a harness that never stops calling the model, whatever it is answered
+LOOPING = f"while true; do\n{CHECK_AGENT}\ndone"
+
+
+def _budgeted(session_id: str, **budget) -> DispatchRequest:
+    task = TaskSpec(
+        task_id="t1",
+        instruction="Say hello.",
+        harness={"name": "shell", "command": LOOPING},
+        budget=budget,
+        agent_timeout_s=300,
+    )
+    return DispatchRequest(session_id=session_id, task=task, callback_url="http://unused")
+
+
+def test_a_session_that_spends_its_budget_is_stopped_and_masked_not_left_to_its_timeout(proxy, tmp_path):
+    started = time.monotonic()
+    result = run_one(proxy, tmp_path, _budgeted("s-b1", calls=3))
+    assert time.monotonic() - started < 60  # not the agent's 300 s
+    assert result.status is SessionState.COMPLETED and result.masked and result.reward is None
+    assert result.error == "session budget spent: 3 model calls (its budget: 3)"
+    assert result.stats["budget_spent"] == result.error and not result.stats["agent_timed_out"]
+    assert len(proxy.proxy.records(result.proxy_session_id)) == 3
+
+
+def test_a_spent_budget_is_graded_as_it_stands_when_the_task_says_so(proxy, tmp_path):
+    result = run_one(proxy, tmp_path, _budgeted("s-b2", calls=2, on_spent="score"))
+    assert not result.masked and result.reward == 0.0  # session_completed: a harness that was stopped did not end
+    assert result.stats["budget_spent"].startswith("session budget spent: 2 model calls")
+
+
+def test_a_harness_that_ignores_max_steps_is_held_to_it_by_the_proxy():
+    task = TaskSpec(instruction="x", harness={"name": "opencode", "max_steps": 7})
+    assert task.call_budget == 7  # opencode has no step limit of its own
+    assert TaskSpec(instruction="x", harness={"name": "claude_code", "max_steps": 7}).call_budget is None
+    assert TaskSpec(instruction="x", harness={"name": "codex"}, budget={"calls": 50}).call_budget == 50
