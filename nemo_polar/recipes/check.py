@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from ..config import BackendConfig, Strict
-from ..contracts import EvaluatorSpec, HarnessSpec, RuntimeSpec
+from ..contracts import EvaluatorSpec, HarnessSpec, RuntimeSpec, SessionBudget
 from ..errors import ConfigError, problems
 from ..nemo_rl import NemoRL, NemoRLNotFound, locate
 
@@ -55,6 +55,7 @@ class PolarAgentConfig(Strict):
     runtime: dict[str, Any] = Field(default_factory=dict)
     builder: Literal["per_request", "prefix_tree"] = "prefix_tree"
     evaluator: EvaluatorSpec = EvaluatorSpec()
+    budget: SessionBudget = SessionBudget()
     backend: BackendConfig = BackendConfig(engine="nemo_rl")
     session_timeout_s: float = Field(2400, gt=0)
     agent_timeout_s: float = Field(1800, gt=0)
