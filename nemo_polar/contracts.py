@@ -63,8 +63,12 @@ class SessionBudget(Strict):
     stands (`on_spent: score`). Never left to run to its timeout."""
 
     calls: int | None = Field(
-        None, ge=1, le=1_000_000, strict=True, description="model calls, side calls included (null: the harness's "
-        "max_steps for a harness that does not stop itself there, else none)"
+        None,
+        ge=1,
+        le=1_000_000,
+        strict=True,
+        description="model calls, side calls included (null: the harness's "
+        "max_steps for a harness that does not stop itself there, else none)",
     )
     tokens: int | None = Field(None, ge=1, le=1 << 32, strict=True, description="sampled tokens, over every call")
     on_spent: Literal["mask", "score"] = Field("mask", description="mask the session, or grade what the agent left")

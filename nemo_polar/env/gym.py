@@ -205,17 +205,18 @@ def _last_seq(trace: Trace) -> int:
 def primary_chain(traces: list[Trace]) -> int | None:
     """The index of the chain that goes into `response.output`; None when no chain has trained tokens.
 
-    Policy: among the chains rooted at the session's first model call (the task's own first prompt,
-    which NeMo-RL uses as the GRPO grouping key: a chain rooted later, e.g. after a compaction or
-    in a sub-agent, starts from a prompt the other samples of the task do not share), the one with
-    the most trained tokens; ties go to the chain whose last call came latest (the continuation
-    the harness kept). Without trained tokens in those, none: the rollout is masked. Every other
-    chain is exported beside the result (`other_chains_path`), so nothing is dropped.
+    Policy: never a side call (a session title, a topic check: `metadata["side_call"]`, named by the harness).
+    Among the agent's chains rooted at its first model call (the task's own first prompt, which NeMo-RL uses as the
+    GRPO grouping key: a chain rooted later, e.g. after a compaction or in a sub-agent, starts from a prompt the
+    other samples of the task do not share), the one with the most trained tokens; ties go to the chain whose last
+    call came latest (the continuation the harness kept). Without trained tokens in those, none: the rollout is
+    masked. Every other chain is exported beside the result (`other_chains_path`), so nothing is dropped.
     """
-    trained = [i for i, t in enumerate(traces) if t.trained_tokens > 0]
+    agent = [i for i, t in enumerate(traces) if not t.metadata.get("side_call")]
+    trained = [i for i in agent if traces[i].trained_tokens > 0]
     if not trained:
         return None
-    first = min(_root_seq(traces[i]) for i in range(len(traces)))
+    first = min(_root_seq(traces[i]) for i in agent)
     rooted = [i for i in trained if _root_seq(traces[i]) == first]
     if not rooted:
         return None
@@ -258,6 +259,7 @@ def rollout_output(
         "polar_chains": len(traces),
         "polar_trained_tokens": traces[primary].trained_tokens if primary is not None else 0,
         "polar_untrained_chain_tokens": sum(traces[i].trained_tokens for i in others),
+        "polar_side_call_chains": sum(1 for t in traces if t.metadata.get("side_call")),
     } | verifier_metrics(result)
     return RolloutOutput(response, polar, metrics, problem)
 

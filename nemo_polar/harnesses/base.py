@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,6 +74,26 @@ class Harness(Plugin, ABC):
     # whether the harness stops itself after `max_steps` (its launch passes it on); where it does not, the proxy
     # holds its session to that many model calls (`contracts.TaskSpec.call_budget`)
     stops_at_max_steps: ClassVar[bool] = True
+    # the calls it makes beside the agent's own (a session title, a topic check), by name: a text only that call's
+    # request carries (its system prompt's); such a call's chain is never the one trained in the agent's place
+    side_calls: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def side_call(cls, request: Any) -> str | None:
+        """Which of the harness's side calls `request` (a call's body as sent) is, if any."""
+        if not cls.side_calls:
+            return None
+        text = json.dumps(request, ensure_ascii=False)[:SIDE_CALL_SCAN]
+        return next((name for name, marker in cls.side_calls.items() if marker in text), None)
+
+    @classmethod
+    def name_side_calls(cls, traces: Iterable[Any], requests: Mapping[str, Any]) -> None:
+        """Set `metadata["side_call"]` on each trace whose first call (`requests`: record id -> body) is one."""
+        for trace in traces:
+            side = cls.side_call(requests.get(trace.record_ids[0])) if trace.record_ids else None
+            if side is not None:  # never trained in the agent's place (env/gym.py: primary_chain)
+                trace.metadata["side_call"] = side
+
     settings: HarnessSettings
 
     @abstractmethod
@@ -87,6 +107,9 @@ class Harness(Plugin, ABC):
         path = f"{inside.path}:{inside.tools / 'node' / 'bin'}"
         base = {"HOME": str(inside.home), "PATH": path, "LANG": "C.UTF-8", "TERM": "dumb", "NO_COLOR": "1", "CI": "1"}
         return base | self.settings.env
+
+
+SIDE_CALL_SCAN = 16384  # characters of a request looked at: a side call's marker is in its system prompt, first
 
 
 def dump(obj: object) -> str:

@@ -1,14 +1,15 @@
 """opencode: OpenAI Chat Completions, streaming, through its OpenAI-compatible provider.
 
-Its whole configuration is one JSON in OPENCODE_CONFIG_CONTENT (a provider `polar` at the proxy, every
-model it may pick pinned to the served one); HOME and the XDG folders are the session's. Everything it
-would fetch besides the model is off (update check, models.dev, share, LSP downloads, default plugins),
-and so is everything that rewrites the history it sends (auto-compaction, pruning of old tool output)
-or adds calls that are not the agent's own (the session title). The repository's own AGENTS.md is read,
-as in any run of opencode; its own opencode.json cannot move the provider (this configuration wins).
-The instruction goes in on stdin, from a file in HOME: given as arguments, opencode quotes every one
-with a space in it and crashes on one that parses as a number. The toolchain's Python opens the file
-as stdin and execs opencode (nothing of the image's, no process in between).
+Its whole configuration is one JSON in OPENCODE_CONFIG_CONTENT (a provider `polar` at the proxy, every model it may
+pick pinned to the served one); HOME and the XDG folders are the session's. Everything it would fetch besides the
+model is off (update check, models.dev, share, LSP downloads, default plugins), and, unless its settings turn them
+on, so is everything that rewrites the history it sends (auto-compaction, pruning of old tool output: the session
+goes on in a chain of its own) or adds calls that are not the agent's own (the session title: a side call, named so
+in the traces and never trained in the agent's place). The repository's own AGENTS.md is read, as in any run of
+opencode; its own opencode.json cannot move the provider (this configuration wins). The instruction goes in on
+stdin, from a file in HOME: given as arguments, opencode quotes every one with a space in it and crashes on one that
+parses as a number. The toolchain's Python opens the file as stdin and execs opencode (nothing of the image's, no
+process in between).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class OpencodeSettings(HarnessSettings):
     body: dict[str, Any] = Field(
         default_factory=dict, description="more fields of every request it sends (its model `options`), e.g. top_p"
     )
+    title: bool = Field(False, description="its session-title call (a side call, first of the session)")
+    compaction: bool = Field(
+        False, description="its auto-compaction and pruning of old tool output (the session goes on in a new chain)"
+    )
 
 
 def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
@@ -60,14 +65,15 @@ def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
         "snapshot": False,
         "lsp": False,
         "formatter": False,
-        "compaction": {"auto": False, "prune": False},
-        "agent": {"title": {"disable": True}},
+        "compaction": {"auto": settings.compaction, "prune": settings.compaction},
+        "agent": {"title": {"disable": not settings.title}},
     }
 
 
 class Opencode(Harness):
     name = "opencode"
     stops_at_max_steps = False  # max_steps is enforced by the proxy, as a budget of model calls
+    side_calls = {"title": "You are a title generator"}  # the session title, asked of the small model first
     pin = Pin("opencode-ai", "1.18.33", "npm")
     dialects = ("openai_chat",)
     Settings = OpencodeSettings

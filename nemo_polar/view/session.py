@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TraceBuildError
+from ..harnesses import HARNESSES
 from ..records import CompletionRecord
 from ..rollup import rollup, view
 from ..traces import BuildResult, build
@@ -33,9 +34,13 @@ class SessionView:
     @classmethod
     def of(cls, row: dict[str, Any], records: list[CompletionRecord]) -> SessionView:
         try:
-            return cls(row, records, build(records, row.get("builder") or "prefix_tree"))
+            built = build(records, row.get("builder") or "prefix_tree")
         except TraceBuildError as exc:  # shown, not raised: the page is where one looks for why
             return cls(row, records, None, str(exc))
+        harness = (row.get("harness") or "").split(" (")[0]  # "opencode (variant)"
+        if harness in HARNESSES:  # its side calls named, as the gateway node named them
+            HARNESSES[harness].name_side_calls(built.traces, {r.id: r.native_request for r in records})
+        return cls(row, records, built)
 
     @property
     def final(self) -> bool:
@@ -107,6 +112,7 @@ def trace_summary(index: int, t: Any) -> dict[str, Any]:
         "repairs": meta.get("repairs", []),
         "finish_reason": meta.get("finish_reason"),
         "truncated": bool(meta.get("truncated")),
+        "side_call": meta.get("side_call"),
     }
 
 

@@ -1,12 +1,12 @@
 """The tree of a session's calls as the prefix-tree builder placed them, for the page.
 
-A trace is one leaf's chain (`Trace.record_ids`, root first), so the traces of a build spell the
-tree: a call's parent is the call before it in any chain that holds it. Each node carries what the
-builder said about it: the drift event that placed it (the cause, where the prompt first differed,
-whether the call was repaired onto its parent's raw sampled tokens or started a chain of its own),
-and its role: a chain's start, a sub-agent (its own system prompt), a compaction, a repaired or an
-exact continuation; a call continued by more than one call is a fork. Calls the builder did not
-place (failed, empty) are listed apart.
+A trace is one leaf's chain (`Trace.record_ids`, root first), so the traces of a build spell the tree: a call's
+parent is the call before it in any chain that holds it. Each node carries what the builder said about it: the drift
+event that placed it (the cause, where the prompt first differed, whether the call was repaired onto its parent's
+raw sampled tokens or started a chain of its own), and its role: a chain's start, a sub-agent (its own system
+prompt), a compaction, a repaired or an exact continuation; a side call (a session title...) is named as the harness
+names it; a call continued by more than one call is a fork. Calls the builder did not place (failed, empty) are
+listed apart.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ def chain_tree(records: list[CompletionRecord], built: BuildResult) -> dict[str,
     leaf_of: dict[str, int] = {}
     trained_in: dict[str, int] = {}
     shared: dict[str, int] = {}  # how many traces hold the call (more than one: above a fork)
+    side: dict[str, str] = {}  # a side call's root (named by the harness: harnesses/base.py) -> its name
     for index, trace in enumerate(built.traces):
+        if trace.record_ids and trace.metadata.get("side_call"):
+            side[trace.record_ids[0]] = trace.metadata["side_call"]
         for before, rid in zip([None, *trace.record_ids], trace.record_ids, strict=False):
             parent.setdefault(rid, before)
             shared[rid] = shared.get(rid, 0) + 1
@@ -44,7 +47,7 @@ def chain_tree(records: list[CompletionRecord], built: BuildResult) -> dict[str,
     order = sorted(parent, key=lambda rid: (by_id[rid].seq, by_id[rid].started_at, rid))
     nodes = [
         _node(by_id[rid], parent[rid], children[rid], events.get(rid), leaf_of.get(rid), trained_in.get(rid), by_id)
-        | {"in_traces": shared[rid]}
+        | {"in_traces": shared[rid], "side_call": side.get(rid)}
         for rid in order
     ]
     outside = [

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from nemo_polar.env.gym import Verdict, rollout_result
+from nemo_polar.env.gym import Verdict, primary_chain, rollout_result
+from nemo_polar.harnesses import HARNESSES
 from nemo_polar.traces.export import write_jsonl
 from nemo_polar.traces.models import Segment, Trace
 
@@ -43,3 +44,34 @@ def test_nemo_rl_penalises_an_empty_answer_without_failing_the_batch(tmp_path):
     (sample,) = nemo_rl_judge([result], reward_penalties={"penalize_empty_final_answer": True})
     assert "error" not in sample, sample["error"]
     assert sample["total_reward"] == 0.0  # penalised: the answer has no text
+
+
+def _chain(seqs: list[int], trained: int, **metadata) -> Trace:
+    return Trace(
+        prompt_ids=[1],
+        response_ids=list(range(trained)),
+        loss_mask=[1] * trained,
+        response_logprobs=[-0.1] * trained,
+        record_ids=[f"r{s}" for s in seqs],
+        segments=[],
+        metadata={"seq": seqs} | metadata,
+    )
+
+
+def test_the_agents_chain_is_trained_never_a_side_call_that_came_first():
+    """opencode asks its session title first (call 0, 4 tokens): the agent's chain, rooted at its own first call
+    (call 1), is the one trained; the title is named a side call and exported beside it."""
+    title = _chain([0], 4, side_call="title")
+    agent = _chain([1, 2, 3], 24)
+    compacted = _chain([4, 5], 30)  # rooted after the agent's first call: never the primary
+    assert primary_chain([title, agent, compacted]) == 1
+    assert primary_chain([title]) is None  # only a side call: nothing of the agent's to train, masked
+    assert primary_chain([_chain([0], 4), agent]) == 0  # unnamed, the first call's chain is the agent's
+
+
+def test_a_harness_names_its_side_calls_by_what_their_requests_carry():
+    title = {"messages": [{"role": "system", "content": "You are a title generator. You output ONLY a thread title."}]}
+    agent = {"messages": [{"role": "system", "content": "You are opencode, an interactive CLI tool."}]}
+    assert HARNESSES["opencode"].side_call(title) == "title"
+    assert HARNESSES["opencode"].side_call(agent) is None
+    assert HARNESSES["codex"].side_call(title) is None  # a harness with no side calls named has none

@@ -117,3 +117,21 @@ def test_opencode_continuing_its_session_extends_one_on_policy_chain(real_proxy,
     assert len(merged.traces) == 1 and merged.stats.merged == 1 and set(merged.stats.drift) <= {"retokenization"}
     strict = build(records, tokenizer=tokenizer, repair=False)
     assert max(d for t in strict.traces for d in deltas(t)) < BOUND
+
+
+def test_opencode_with_its_title_call_on_trains_the_agents_chain(real_proxy, tmp_path):
+    """opencode with its session title on (its own default) asks for the title beside the agent's first call:
+    that call is named a side call in the traces, and the chain picked for NeMo-RL's row is the agent's."""
+    from nemo_polar.env.gym import primary_chain
+
+    harness = HARNESSES["opencode"](title=True)
+    run = run_harness(real_proxy, harness, tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    built = build(run.records, "prefix_tree")
+    harness.name_side_calls(built.traces, {r.id: r.native_request for r in run.records})
+    sides = [t for t in built.traces if t.metadata.get("side_call")]
+    assert [t.metadata["side_call"] for t in sides] == ["title"], [t.metadata.get("seq") for t in built.traces]
+    primary = built.traces[primary_chain(built.traces)]
+    assert "side_call" not in primary.metadata
+    first = next(r for r in run.records if r.id == primary.record_ids[0])
+    assert "title generator" not in str(first.native_request)

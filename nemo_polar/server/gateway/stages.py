@@ -253,6 +253,7 @@ class HarnessStages:
             messages = {r.id: r.message for r in records if r.message}
             for trace in built.traces:  # each call's text travels with its trace (NeMo-RL's text checks read it)
                 trace.metadata["messages"] = {rid: messages[rid] for rid in trace.record_ids if rid in messages}
+            HARNESSES[task.harness.name].name_side_calls(built.traces, {r.id: r.native_request for r in records})
             traces_path = str(self.root / "traces" / f"{job.session_id}.jsonl")
             Path(traces_path).parent.mkdir(parents=True, exist_ok=True)
             write_jsonl(built, traces_path, session_id=job.session_id)

@@ -109,7 +109,8 @@ function traces(sid, list) {
   if (!list.length) return `<p class="muted">no traces</p>`;
   const rows = list
     .map(
-      (t) => `<tr><td><a href="#/s/${encodeURIComponent(sid)}/t/${t.index}">trace ${t.index}</a></td>
+      (t) => `<tr><td><a href="#/s/${encodeURIComponent(sid)}/t/${t.index}">trace ${t.index}</a>${
+        t.side_call ? ` <span class="role role-side">side call: ${esc(t.side_call)}</span>` : ""}</td>
       <td class="n">${t.calls}</td><td class="n">${num(t.prompt_tokens)}</td><td class="n">${num(t.response_tokens)}</td>
       <td class="n">${num(t.trained_tokens)}</td><td>${t.repairs.map((r) => esc(r.cause)).join(", ")}</td>
       <td>${esc(t.finish_reason || "")}${t.truncated ? " (truncated)" : ""}</td></tr>`,

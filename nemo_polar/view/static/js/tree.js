@@ -10,6 +10,7 @@ const ROLE = {
   "new history": ["new chain", "role-new"],
   "new chain": ["new chain", "role-new"],
   repaired: ["repaired", "role-repaired"],
+  "side call": ["side call", "role-side"],
   continues: ["", ""],
 };
 
@@ -24,7 +25,8 @@ function driftLabel(n, role) {
 }
 
 function line(sid, n, byId) {
-  const [role, cls] = n.parent === null ? ROLE[n.role] || [n.role, "role-new"] : ["", ""]; // a chain's start only
+  let [role, cls] = n.parent === null ? ROLE[n.role] || [n.role, "role-new"] : ["", ""]; // a chain's start only
+  if (n.side_call) [role, cls] = [`side call: ${n.side_call}`, "role-side"]; // named by the harness
   const fork = n.children.length > 1 ? `<span class="fork">fork ×${n.children.length}</span>` : "";
   const leaf =
     n.trace !== null && n.trace !== undefined
