@@ -13,8 +13,9 @@ Row -> task (`task_from_row`)
 
 Session -> `/run` result (`rollout_result`)
     The primary chain becomes `response.output` (token fields on each trained call's last item,
-    built by `nemo_polar.traces.export`); every other chain goes to a side file (see
-    `primary_chain` for the policy). The reward is the evaluator's, from the session result.
+    built by `nemo_polar.traces.export`; see `primary_chain` for the policy), and every chain, each
+    sampled span owned by one, goes in `training_traces` (Gym's envelope: `traces.export`). The
+    reward is the evaluator's, from the session result.
 
 Masking (`verdict`)
     An infrastructure failure (the session did not complete, the node lost it, the evaluator could
@@ -28,20 +29,18 @@ Masking (`verdict`)
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import uuid
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ..contracts import TaskSpec
 from ..errors import ControlError
 from ..server.client import RolloutAPI
 from ..states import SessionState
-from ..traces.export import gym_masked_response, gym_output_items, gym_response, read_jsonl
+from ..traces.export import gym_masked_response, gym_response, read_jsonl, training_traces
 from ..traces.models import Trace
 
 log = logging.getLogger("nemo_polar.env.gym")
@@ -210,7 +209,7 @@ def primary_chain(traces: list[Trace]) -> int | None:
     GRPO grouping key: a chain rooted later, e.g. after a compaction or in a sub-agent, starts from a prompt the
     other samples of the task do not share), the one with the most trained tokens; ties go to the chain whose last
     call came latest (the continuation the harness kept). Without trained tokens in those, none: the rollout is
-    masked. Every other chain is exported beside the result (`other_chains_path`), so nothing is dropped.
+    masked. Every chain, this one included, is in the result's `training_traces`, so nothing is dropped.
     """
     agent = [i for i, t in enumerate(traces) if not t.metadata.get("side_call")]
     trained = [i for i in agent if traces[i].trained_tokens > 0]
@@ -229,16 +228,13 @@ class RolloutOutput:
     polar: dict[str, Any]  # the `polar` block of the result: ids, chains, paths
     metrics: dict[str, float | int]  # numeric top-level fields (NeMo-RL logs them per agent)
     problem: Verdict | None = None  # set when the output itself forces a mask
+    training_traces: dict[str, Any] | None = None  # every chain, Gym's envelope (traces/export.py)
 
 
 def rollout_output(
-    session: dict[str, Any],
-    *,
-    task_id: str,
-    model: str = "nemo_polar",
-    chains_dir: str | Path | None = None,
+    session: dict[str, Any], *, task_id: str, model: str = "nemo_polar", builder: str = "prefix_tree"
 ) -> RolloutOutput:
-    """`response` (primary chain, or the masked placeholder) and the other chains' side file."""
+    """`response` (primary chain, or the masked placeholder) and every chain (`training_traces`)."""
     result = session.get("result") or {}
     session_id = session.get("session_id", "")
     polar: dict[str, Any] = {"task_id": task_id, "session_id": session_id, "traces_path": result.get("traces_path")}
@@ -247,9 +243,13 @@ def rollout_output(
     if problem is None and primary is None:
         problem = masked("polar:no_generation", f"session {session_id}: no chain rooted at its first call was trained")
     others = [i for i in range(len(traces)) if i != primary]
-    polar.update(chains=len(traces), primary_chain=primary, other_chains=others, other_chains_path=None)
-    if others:
-        polar["other_chains_path"] = _write_other_chains(traces, others, result, session_id, chains_dir)
+    polar.update(chains=len(traces), primary_chain=primary, other_chains=others)
+    envelope = None
+    if traces:
+        try:
+            envelope = training_traces(traces, session_id, builder)
+        except ValueError as exc:
+            problem = problem or masked("polar:traces_invalid", str(exc))
     if primary is None:
         response = gym_masked_response(model, response_id=f"resp_{session_id or task_id}")
     else:
@@ -261,7 +261,7 @@ def rollout_output(
         "polar_untrained_chain_tokens": sum(traces[i].trained_tokens for i in others),
         "polar_side_call_chains": sum(1 for t in traces if t.metadata.get("side_call")),
     } | verifier_metrics(result)
-    return RolloutOutput(response, polar, metrics, problem)
+    return RolloutOutput(response, polar, metrics, problem, envelope)
 
 
 def verifier_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -289,36 +289,17 @@ def _load_traces(path: str | None) -> tuple[list[Trace], Verdict | None]:
         return [], masked("polar:traces_invalid", str(exc))
 
 
-def _write_other_chains(
-    traces: list[Trace], others: list[int], result: dict[str, Any], session_id: str, chains_dir: str | Path | None
-) -> str:
-    """One line per non-primary chain: its index and its NeMo Gym output items (tokens only), so a
-    trainer that takes several traces per rollout can flatten each exactly like the primary."""
-    folder = Path(chains_dir) if chains_dir else Path(result["traces_path"]).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{session_id}.other_chains.jsonl"
-    lines = []
-    for i in others:
-        try:
-            output = gym_output_items(traces[i])
-        except ValueError:  # a chain whose spans are all trained elsewhere: tokens only, nothing to train
-            output = []
-        lines.append(json.dumps({"session_id": session_id, "trace_index": i, "output": output}, allow_nan=False))
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return str(path)
-
-
 def rollout_result(
     row: dict[str, Any],
     session: dict[str, Any],
     *,
     task_id: str,
     model: str = "nemo_polar",
-    chains_dir: str | Path | None = None,
+    builder: str = "prefix_tree",
     judged: Verdict | None = None,
 ) -> dict[str, Any]:
     """The whole `/run` result: `judged` (the resources server's verdict) or the session's own."""
-    out = rollout_output(session, task_id=task_id, model=model, chains_dir=chains_dir)
+    out = rollout_output(session, task_id=task_id, model=model, builder=builder)
     return assemble(row, out, judged or verdict(session))
 
 
@@ -332,6 +313,7 @@ def assemble(row: dict[str, Any], out: RolloutOutput, judged: Verdict) -> dict[s
         **final.fields(),
         **out.metrics,
         "polar": out.polar,
+        **({"training_traces": out.training_traces} if out.training_traces else {}),
     }
 
 

@@ -68,7 +68,6 @@ class PolarAgentConfig(Strict):
     upstream_model_key: str | None = "policy_model_name"
     poll_interval_s: float = Field(1.0, gt=0)
     wait_grace_s: float = Field(120.0, ge=0)
-    chains_dir: str | None = None
     concurrency: int = Field(512, ge=1)
 
     @field_validator("runtime")

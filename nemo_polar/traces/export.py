@@ -13,6 +13,23 @@ a call that sampled no tokens is an item with empty generation_token_ids, which 
 NeMo-RL's own post-processing of the result gives `prompt_ids + response_ids[:end]` with `loss_mask` and
 `response_logprobs` on the response part (tests/traces/test_export.py runs it on every export shape).
 
+Every chain (`training_traces`, `envelope_trace`)
+-------------------------------------------------
+NeMo Gym's `training_traces` envelope (version 1, as far as it is public: Gym PR #3212), one entry per chain:
+
+    schema_version   1
+    rollout_id       the session id
+    builder          "prefix_merging" (our prefix_tree) or "per_request"
+    traces           [{trace_id: "<rollout_id>:<last call id>", model_call_ids: [str], token_ids: [int],
+                       generation_logprobs: [float], loss_mask: [0|1], sampled_spans: [{model_call_id, start,
+                       end, owned}], side_call: str | null}]
+
+`token_ids` is the chain's whole sequence (first prompt, then everything after it); `generation_logprobs` and
+`loss_mask` are aligned with it. A sampled span is `token_ids[start:end]`; each is `owned` (loss 1) in exactly
+one trace of the rollout, so a span two chains share through the prefix merge is trained once. Where the public
+shape left a choice: span offsets index `token_ids` (not the call's response), `owned` says which trace trains a
+span, and `side_call` names a harness's side call (harnesses/base.py).
+
 JSONL (`write_jsonl`, `read_jsonl`)
 -----------------------------------
 One trace per line, UTF-8 JSON, keys in this order (the schema is stable; new keys may be added,
@@ -253,6 +270,65 @@ def gym_result(
         "reward": float(reward),
         **extra,
     }
+
+
+# --- every chain ------------------------------------------------------------------------------
+ENVELOPE_BUILDERS = {"prefix_tree": "prefix_merging", "per_request": "per_request"}
+
+
+def training_traces(traces: list[Trace], rollout_id: str, builder: str = "prefix_tree") -> dict[str, Any]:
+    """Every chain of a rollout in Gym's `training_traces` envelope (module docstring): each span owned once."""
+    entries, owners = [], {}
+    for index, trace in enumerate(traces):
+        _trained_segments(trace)  # the mask is exactly the trained spans
+        n = len(trace.prompt_ids)
+        for seg in trace.segments:
+            if seg.trained and owners.setdefault(seg.record_id, index) != index:
+                raise ValueError(f"call {seg.record_id} is trained in traces {owners[seg.record_id]} and {index}")
+        entries.append(
+            {
+                "trace_id": f"{rollout_id}:{trace.record_ids[-1] if trace.record_ids else index}",
+                "model_call_ids": list(trace.record_ids),
+                "token_ids": list(trace.prompt_ids) + list(trace.response_ids),
+                "generation_logprobs": [0.0] * n + list(trace.response_logprobs),
+                "loss_mask": [0] * n + list(trace.loss_mask),
+                "sampled_spans": [
+                    {"model_call_id": seg.record_id, "start": n + seg.start, "end": n + seg.end, "owned": seg.trained}
+                    for seg in trace.segments
+                ],
+                "side_call": trace.metadata.get("side_call"),
+            }
+        )
+    return {
+        "schema_version": 1,
+        "rollout_id": rollout_id,
+        "builder": ENVELOPE_BUILDERS.get(builder, builder),
+        "traces": entries,
+    }
+
+
+def envelope_trace(entry: Mapping[str, Any]) -> Trace:
+    """One envelope entry back as a Trace (its prompt: the tokens before its first sampled span), so a trainer
+    makes its rows exactly as it makes the primary chain's (`gym_output_items`)."""
+    spans = entry["sampled_spans"]
+    n = min((span["start"] for span in spans), default=len(entry["token_ids"]))
+    segments = [
+        Segment(record_id=span["model_call_id"], start=span["start"] - n, end=span["end"] - n, trained=span["owned"])
+        for span in spans
+    ]
+    side = {"side_call": entry["side_call"]} if entry.get("side_call") else {}
+    trace = Trace(
+        prompt_ids=entry["token_ids"][:n],
+        response_ids=entry["token_ids"][n:],
+        loss_mask=entry["loss_mask"][n:],
+        response_logprobs=entry["generation_logprobs"][n:],
+        record_ids=entry["model_call_ids"],
+        segments=segments,
+        metadata=side,
+    )
+    check_trace(trace, entry.get("trace_id", "trace"))
+    _trained_segments(trace)
+    return trace
 
 
 # --- JSONL ------------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import os
 import subprocess
 import urllib.request
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
@@ -163,7 +162,7 @@ def test_the_nemo_rl_backend_pins_the_sampling_pair(tmp_path):
                 "responses_create_params": {"input": [{"role": "user", "content": "hi"}]},
                 "polar": {"task_id": "pinned", "harness": {"name": "shell", "command": command}},
             }
-            result = asyncio.run(_one_rollout(stack[0].url, row, tmp_path))
+            result = asyncio.run(_one_rollout(stack[0].url, row))
         finally:
             stop_stack(*stack)
         sent = list(fake.fake.requests)
@@ -174,7 +173,7 @@ def test_the_nemo_rl_backend_pins_the_sampling_pair(tmp_path):
     assert generated and all(len(i["generation_log_probs"]) == len(i["generation_token_ids"]) for i in generated)
 
 
-async def _one_rollout(rollout_url: str, row: dict, tmp_path: Path) -> dict:
+async def _one_rollout(rollout_url: str, row: dict) -> dict:
     """What polar_agent's /run does, in this process (the agent itself runs in Gym's Python 3.13)."""
     client = polar_gym.RolloutClient(rollout_url, poll_interval_s=0.3)
     try:
@@ -183,7 +182,7 @@ async def _one_rollout(rollout_url: str, row: dict, tmp_path: Path) -> dict:
         session = await client.wait(task.task_id, 150)
     finally:
         await client.close()
-    return polar_gym.rollout_result(row, session, task_id=task.task_id, chains_dir=tmp_path)
+    return polar_gym.rollout_result(row, session, task_id=task.task_id)
 
 
 def test_each_group_keeps_one_of_the_policys_servers():

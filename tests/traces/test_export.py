@@ -11,10 +11,12 @@ import pytest
 
 from nemo_polar.traces.export import (
     JSONL_KEYS,
+    envelope_trace,
     gym_output_items,
     gym_response,
     gym_result,
     read_jsonl,
+    training_traces,
     write_jsonl,
 )
 from nemo_polar.traces.models import BuildResult, BuildStats, Segment, Trace
@@ -64,10 +66,33 @@ def judged() -> dict[str, list[dict]]:
         "random": [_as_run(gym_output_items(t)) for t in _random_traces()],
         "result": [gym_result(_trace(), reward=1.0, reward_components={"tests": 0.75, "style": 0.25})],
         "bad_sum": [gym_result(_trace(), reward=1.0, reward_components={"tests": 0.5})],
+        # every chain of a forked session, each a result of its own (one chain per call of NeMo-RL's function),
+        # then both chains in one output, as NeMo-RL at our commit would be handed them
+        "chains": [_as_run(gym_output_items(envelope_trace(e))) for e in _forked_envelope()["traces"]],
+        "chains_in_one": [_as_run(gym_output_items(_trace()) + gym_output_items(_fork()))],
     }
     flat = [r for results in cases.values() for r in results]
     answers = iter(nemo_rl_judge(flat))
     return {name: [next(answers) for _ in results] for name, results in cases.items()}
+
+
+def _fork() -> Trace:
+    """The session's other chain: r1's answer, other tool output, r3's own answer; r1 is trained in `_trace()`."""
+    return Trace(
+        prompt_ids=PROMPT,
+        response_ids=[10, 11, 99, 60, 61, 30, 31, 32, 99],
+        loss_mask=[0, 0, 0, 0, 0, 1, 1, 1, 1],
+        response_logprobs=[0.0] * 5 + [-0.4, -0.5, -0.6, -0.7],
+        record_ids=["r1", "r3"],
+        segments=[
+            Segment(record_id="r1", start=0, end=3, trained=False),
+            Segment(record_id="r3", start=5, end=9, trained=True),
+        ],
+    )
+
+
+def _forked_envelope() -> dict:
+    return training_traces([_trace(), _fork()], "s1")
 
 
 def _assert_flattens_to_trace(trace: Trace, sample: dict) -> None:
@@ -86,6 +111,40 @@ def _assert_flattens_to_trace(trace: Trace, sample: dict) -> None:
     turns = sum(1 for s in trace.segments if s.trained and s.end > s.start)
     assert sum(m["role"] == "assistant" for m in sample["message_log"]) == turns
     assert sample["input_ids"] == sample["message_log"][0]["token_ids"]  # GRPO's group key: the first prompt
+
+
+# --- every chain ----------------------------------------------------------------------------------
+def test_the_envelope_has_every_chain_each_span_owned_once():
+    envelope = _forked_envelope()
+    assert (envelope["schema_version"], envelope["rollout_id"], envelope["builder"]) == (1, "s1", "prefix_merging")
+    main, fork = envelope["traces"]
+    assert [main["trace_id"], fork["trace_id"]] == ["s1:r2", "s1:r3"]
+    assert main["token_ids"] == PROMPT + RESPONSE and len(main["loss_mask"]) == len(main["generation_logprobs"]) == 11
+    owners = [
+        (e["trace_id"], s["model_call_id"]) for e in envelope["traces"] for s in e["sampled_spans"] if s["owned"]
+    ]
+    assert owners == [("s1:r2", "r1"), ("s1:r2", "r2"), ("s1:r3", "r3")]  # r1, shared, is trained once
+    assert fork["sampled_spans"][0] == {"model_call_id": "r1", "start": 3, "end": 6, "owned": False}
+    assert sum(map(sum, (e["loss_mask"] for e in envelope["traces"]))) == 3 + 3 + 4  # the unique sampled tokens
+    assert [envelope_trace(e) for e in envelope["traces"]] == [_trace(), _fork()]  # and back, exactly
+
+
+def test_an_envelope_refuses_a_span_trained_twice():
+    twice = _fork().model_copy(update={"loss_mask": [1, 1, 1, 0, 0, 1, 1, 1, 1]})
+    twice.segments[0].trained = True
+    with pytest.raises(ValueError, match="r1 is trained in traces 0 and 1"):
+        training_traces([_trace(), twice], "s1")
+
+
+@requires_nemo_rl
+def test_nemo_rl_takes_each_chain_as_a_row_of_its_own(judged):
+    """What a NeMo-RL with multi-trace training would read: each envelope trace, made into Gym items as the primary
+    is, passes NeMo-RL's own post-processing as a row and flattens to exactly that chain; the same two chains in
+    one output fail it, as at the commit we target."""
+    for trace, sample in zip([_trace(), _fork()], judged["chains"], strict=True):
+        _assert_flattens_to_trace(trace, sample)
+    (together,) = judged["chains_in_one"]
+    assert "Non-contiguous messages found" in together["error"]
 
 
 # --- Gym output items ---------------------------------------------------------------------------

@@ -23,9 +23,9 @@ the session, then answers with a Gym result whose output items carry `prompt_tok
 failures come back masked (`mask_sample`), never scored 0. The logic lives in
 `nemo_polar.env.gym`; this file only adapts it to Gym's base classes.
 
-Multi-chain sessions (compaction, sub-agents): the primary chain, the one rooted at the session's
-first model call with the most trained tokens, is the response; the other chains are written to a
-side file named in the result's `polar.other_chains_path` (see `nemo_polar.env.gym.primary_chain`).
+Multi-chain sessions (compaction, sub-agents, side calls): the primary chain, the one rooted at the agent's
+first model call with the most trained tokens, is the response (see `nemo_polar.env.gym.primary_chain`); every
+chain is in the result's `training_traces`, Gym's envelope, each sampled span owned by one chain.
 """
 
 import asyncio
@@ -77,7 +77,6 @@ class PolarAgentConfig(BaseResponsesAPIAgentConfig):
     timeout_reward: Literal["mask", "zero"] = "mask"  # an agent out of time: masked, or reward 0 that trains
     poll_interval_s: float = 1.0
     wait_grace_s: float = 120.0  # waited past session_timeout_s before the rollout is masked
-    chains_dir: str | None = None  # other chains' side files; default: beside the node's traces
     concurrency: int = 512
 
 
@@ -166,7 +165,7 @@ class PolarAgent(SimpleResponsesAPIAgent):
         except polar_gym.RolloutUnavailable as exc:
             await self._client.cancel(task.task_id)
             return polar_gym.unavailable_result(row, task.task_id, str(exc))
-        out = polar_gym.rollout_output(session, task_id=task.task_id, chains_dir=self.config.chains_dir)
+        out = polar_gym.rollout_output(session, task_id=task.task_id, builder=task.builder)
         judged = await self._verify(row, out.response, session, cookies)
         return polar_gym.assemble(row, out, polar_gym.timeout_policy(judged, self.config.timeout_reward))
 

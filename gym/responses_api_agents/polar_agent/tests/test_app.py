@@ -14,7 +14,6 @@
 # limitations under the License.
 """polar_agent without a rollout server: a fake client answers with canned sessions and traces."""
 
-import json
 from pathlib import Path
 from unittest.mock import MagicMock
 
@@ -125,17 +124,22 @@ def test_run_returns_the_primary_chain_with_token_fields(tmp_path):
     calls = trained_calls(result["response"]["output"])  # the token fields NeMo-RL reads, one call per turn
     assert calls == [([1, 2], [3]), ([1, 2, 3, 7], [4, 5])]
     assert result["response"]["metadata"] == {"polar_task_id": task.task_id, "polar_session_id": "s1"}
-    assert result["polar"]["chains"] == 1 and result["polar"]["other_chains_path"] is None
+    assert result["polar"]["chains"] == 1 and result["polar"]["other_chains"] == []
+    (only,) = result["training_traces"]["traces"]
+    assert only["token_ids"] == [1, 2, 3, 7, 4, 5] and only["loss_mask"] == [0, 0, 1, 0, 1, 1]
 
 
-def test_other_chains_go_to_a_side_file(tmp_path):
+def test_every_chain_is_in_the_result(tmp_path):
     main = chain([1, 2], [[3], [4, 5]])
     compacted = chain([9, 9], [[6, 6, 6, 6]], root_seq=2)  # rooted later: not the task's first prompt
     result = agent(FakeClient(session(tmp_path, [main, compacted]))).post("/run", json=ROW).json()
     assert result["polar"]["primary_chain"] == 0 and result["polar"]["other_chains"] == [1]
     assert result["polar_untrained_chain_tokens"] == 4
-    (line,) = Path(result["polar"]["other_chains_path"]).read_text().splitlines()
-    assert trained_calls(json.loads(line)["output"]) == [([9, 9], [6, 6, 6, 6])]
+    envelope = result["training_traces"]
+    assert (envelope["schema_version"], envelope["rollout_id"], envelope["builder"]) == (1, "s1", "prefix_merging")
+    second = envelope["traces"][1]
+    assert second["trace_id"] == "s1:r2_0" and second["token_ids"] == [9, 9, 6, 6, 6, 6]
+    assert second["sampled_spans"] == [{"model_call_id": "r2_0", "start": 2, "end": 6, "owned": True}]
 
 
 @pytest.mark.parametrize(
