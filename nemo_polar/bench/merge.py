@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from ..env.gym import primary_chain
 from ..errors import TraceBuildError
 from ..traces import build, trie_size
 from ..traces.builders import per_request, trainable
@@ -37,8 +38,9 @@ def measure(case: Case) -> Measured:
     sampled = sum(len(r.completion_token_ids) for r in kept)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    tree = build(records, "prefix_tree", tokenizer=case.tokenizer).stats  # timed whole: build_tokens_per_s
+    built = build(records, "prefix_tree", tokenizer=case.tokenizer)  # timed whole: build_tokens_per_s
     seconds["prefix_tree"] = time.perf_counter() - t0
+    tree, primary = built.stats, primary_chain(built.traces)
     # per_request is the builder's own function: `build` would add a second, slower trie count
     t0 = time.perf_counter()
     per_call = per_request(kept, BuildStats())
@@ -61,12 +63,21 @@ def measure(case: Case) -> Measured:
         repaired=Counter(tree.repaired),
         linear=linear,
         seconds=seconds,
+        sampled=sampled,
+        primary_trained=built.traces[primary].trained_tokens if primary is not None else 0,
     )
 
 
-def run(stores: list[str] | None = None, sessions: int = 12, seed: int = 0) -> dict[str, Any]:
+def run(
+    stores: list[str] | None = None,
+    sessions: int = 12,
+    seed: int = 0,
+    turns: int | None = None,
+    compact_every: int | None = None,
+) -> dict[str, Any]:
+    """`turns` (with `compact_every`): generated sessions of that length, compacting that often, no sub-agents."""
     t0 = time.perf_counter()
-    cases = generate(sessions, seed, qwen_tokenizer()) if sessions > 0 else []
+    cases = generate(sessions, seed, qwen_tokenizer(), turns, compact_every) if sessions > 0 else []
     generate_s = time.perf_counter() - t0
     cases += recorded(stores or [])
     measured, failed = [], []

@@ -69,7 +69,7 @@ class Plan:
     template: str
     habit: str
     turns: int  # main-agent model calls
-    compact_at: int | None
+    compact_at: tuple[int, ...]  # the main calls that ask for a summary and go on from it
     launches: dict[int, list[str]]  # main call index -> sub-agents it starts
     reports: dict[int, list[str]]  # main call index after whose results their reports arrive
     sub_calls: dict[str, int]
@@ -105,15 +105,19 @@ def qwen_tokenizer():
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def plan(i: int, seed: int) -> Plan:
+def plan(i: int, seed: int, turns: int | None = None, compact_every: int | None = None) -> Plan:
+    """A session's shape: random, or `turns` long with a compaction every `compact_every` calls and no sub-agent."""
     rng = random.Random(f"merge/{seed}/{i}")
-    turns = rng.randint(30, 100)
-    compact_at = rng.randint(turns // 3, 2 * turns // 3) if rng.random() < 0.5 else None
+    if turns is None:
+        turns = rng.randint(30, 100)
+        compact_at = (rng.randint(turns // 3, 2 * turns // 3),) if rng.random() < 0.5 else ()
+    else:
+        compact_at = tuple(range(compact_every, turns - 1, compact_every)) if compact_every else ()
     launches: dict[int, list[str]] = {}
     reports: dict[int, list[str]] = {}
     sub_calls: dict[str, int] = {}
-    free = [t for t in range(2, turns - 8) if t != compact_at]  # the compaction turn asks for the summary
-    names = [f"sub{k + 1}" for k in range(rng.choice((0, 1, 1, 2)))]
+    free = [t for t in range(2, turns - 8) if t not in compact_at]  # the compaction turn asks for the summary
+    names = [f"sub{k + 1}" for k in range(rng.choice((0, 1, 1, 2)) if compact_every is None else 0)]
     together = len(names) == 2 and rng.random() < 0.5  # two Task calls in one turn
     for k, name in enumerate(names):
         start = next(iter(launches)) if together and k else rng.choice(free)
@@ -192,7 +196,7 @@ def main_steps(p: Plan, s: Script, reports: dict[str, str]) -> list[Step]:
     for t in range(p.turns):
         if t == p.turns - 1:
             steps.append(s.answer())
-        elif t == p.compact_at:
+        elif t in p.compact_at:
             summary = f"Summary: fixing the {s.word()} {s.word()}; {t} steps so far; next: run the tests."
             steps += [User(SUMMARIZE), Assistant(summary, reasoning=s.reasoning())]
             steps.append(Compact(f"{CLAUDE_CODE_SUMMARY}{summary}\nContinue with the last task."))
@@ -235,8 +239,10 @@ def arrival_order(p: Plan, rng: random.Random) -> list[str]:
     return order
 
 
-def generate(sessions: int, seed: int, tokenizer) -> list[Case]:
-    return [_generate_one(plan(i, seed), tokenizer) for i in range(sessions)]
+def generate(
+    sessions: int, seed: int, tokenizer, turns: int | None = None, compact_every: int | None = None
+) -> list[Case]:
+    return [_generate_one(plan(i, seed, turns, compact_every), tokenizer) for i in range(sessions)]
 
 
 def _generate_one(p: Plan, tokenizer) -> Case:
@@ -264,7 +270,7 @@ def _generate_one(p: Plan, tokenizer) -> Case:
         template=p.template,
         habit=p.habit,
         turns=p.turns,
-        compactions=int(p.compact_at is not None),
+        compactions=len(p.compact_at),
         subagents=len(p.sub_calls),
         tokenizer=tokenizer,
     )

@@ -54,6 +54,8 @@ class Measured:
     repaired: Counter
     linear: LinearResult
     seconds: dict[str, float]
+    sampled: int = 0  # the session's sampled tokens
+    primary_trained: int = 0  # of them, those its primary chain trains (what NeMo-RL's Gym row holds today)
 
     def false_roots(self, builder: str) -> int:
         chains = self.roots if builder == "prefix_tree" else self.linear.chains
@@ -79,6 +81,9 @@ def report(measured: list[Measured]) -> dict[str, Any]:
         "samples_ratio": _ratio(pr["samples"], tree["samples"]),
         "trained_over_unique": _ratio(tree["trace_tokens"], tree["unique_tokens"]),
         "false_forks": sum(m.false_forks("prefix_tree") for m in generated),
+        # the sampled tokens trained: by the primary chain alone (one Gym row), and by every chain
+        "trained_share_primary": _ratio(sum(m.primary_trained for m in measured), sum(m.sampled for m in measured)),
+        "trained_share_every_chain": _ratio(tree["trained_tokens"], sum(m.sampled for m in measured)),
         "build_tokens_per_s": round(sum(m.record_tokens for m in measured) / tree_s) if tree_s else None,
     }
     builders["linear_chain"] |= _linear_extra(measured, generated)

@@ -81,7 +81,8 @@ def _bench_load(args: argparse.Namespace) -> int:
 def _bench_merge(args: argparse.Namespace) -> int:
     from ..bench.merge import run
 
-    _print(run(stores=args.store, sessions=args.sessions, seed=args.seed), args)
+    shape = {"turns": args.turns, "compact_every": args.compact_every}
+    _print(run(stores=args.store, sessions=args.sessions, seed=args.seed, **shape), args)
     return 0
 
 
@@ -179,6 +180,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     bmerge.add_argument("--store", action="append", default=[], help="a record store to add (repeatable)")
     bmerge.add_argument("--sessions", type=int, default=12, help="generated long sessions")
     bmerge.add_argument("--seed", type=int, default=0)
+    bmerge.add_argument("--turns", type=int, help="each generated session this long (no sub-agents); default: 30-100")
+    bmerge.add_argument("--compact-every", type=int, help="with --turns: a compaction every this many calls")
     bpipe = _add(
         bench, "pipeline", "naive slots vs staged pools with a READY buffer, simulated sessions", _bench_pipeline
     )

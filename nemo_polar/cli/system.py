@@ -31,6 +31,11 @@ def _learn(args: argparse.Namespace) -> int:
         "serving",
         "post_processing",
         "loss",
+        "chains",
+        "chains_built",
+        "chains_trained",
+        "trained_tokens",
+        "sampled_tokens",
     )
     if args.json:
         print(json.dumps({k: summary[k] for k in keys} | {"run_dir": summary["run_dir"]}))

@@ -68,6 +68,11 @@ class LearnConfig(Strict):
         description="the GRPO loss: NeMo-RL's (its advantage estimator and ClippedPGLossFn, configured by `recipe`), "
         "our own (learn/policy.py), or auto: NeMo-RL's when it post-processes",
     )
+    chains: Literal["all", "primary"] = Field(
+        "all",
+        description="what NeMo-RL's loss trains of a session: every chain (a row each, its rollout's advantage, each "
+        "sampled token once), or the primary chain only (what NeMo-RL trains through Gym at the commit we target)",
+    )
     recipe: str = Field(
         "recipes/grpo_qwen3.5_4b_polar_swe.yaml",
         description="the recipe whose grpo and loss_fn sections NeMo-RL's loss runs with (relative: to the repo)",

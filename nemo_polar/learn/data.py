@@ -5,6 +5,10 @@ and the results become training samples by NeMo-RL's own post-processing (`nemo_
 rollout loop's code: contiguity, message logs, reward, mask_sample), so the loop trains on exactly what
 NeMo-RL would. Without a NeMo-RL checkout the same Gym items are read directly (`_read_items`): their
 token fields, concatenated in order, masked where sampled.
+
+Every chain (`chains=True`, NeMo-RL's loss only): each further chain of a rollout's `training_traces` is made into
+Gym items exactly as the primary is and post-processed by the same NeMo-RL function as a row of its own, which
+takes its rollout's advantage (`nemo_polar.nemo_rl.worker`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 
 from ..env import gym as polar_gym
 from ..nemo_rl.locate import Commands
+from ..traces.export import envelope_trace, gym_output_items
 from .policy import Sample
 
 AGENT = {"type": "responses_api_agents", "name": "polar_agent"}
@@ -31,19 +36,51 @@ def gym_results(tasks: list[tuple[str, dict[str, Any]]]) -> tuple[list[dict], li
     return rows, results
 
 
+def further_chains(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each trained chain of each unmasked rollout besides its primary: {logical: the result's index, result: the
+    result with that chain as its output}."""
+    out = []
+    for i, result in enumerate(results):
+        envelope, primary = result.get("training_traces"), (result.get("polar") or {}).get("primary_chain")
+        if not envelope or primary is None or result.get("mask_sample"):
+            continue
+        for k, entry in enumerate(envelope["traces"]):
+            if k != primary and any(entry["loss_mask"]):
+                output = gym_output_items(envelope_trace(entry))
+                out.append({"logical": i, "result": result | {"response": result["response"] | {"output": output}}})
+    return out
+
+
+def built(results: list[dict[str, Any]]) -> dict[str, int]:
+    """What the unmasked rollouts hold: their chains with a sampled token of their own, and their unique sampled
+    tokens (each owned by one chain of its rollout)."""
+    owned = [
+        sum(e["loss_mask"])
+        for r in results
+        if r.get("training_traces") and not r.get("mask_sample")
+        for e in r["training_traces"]["traces"]
+    ]
+    return {"chains_built": sum(n > 0 for n in owned), "sampled_tokens": sum(owned)}
+
+
 def samples(
     tasks: list[tuple[str, dict[str, Any]]],
     tokenizer: Path,
     nemo_rl: Commands | None,
     recipe: tuple[Path, list[str]] | None = None,
+    chains: bool = False,
 ) -> tuple[list[Sample], list[str], dict[str, Any] | None]:
     """The unmasked samples of every task's sessions (group = task), why any were left out, and, with a
-    `recipe` (path, overrides), the GRPO training batch NeMo-RL built from them under it (for its loss)."""
+    `recipe` (path, overrides), the GRPO training batch NeMo-RL built from them under it (for its loss), every
+    chain's row in it with `chains`."""
     rows, results = gym_results(tasks)
     group_size = len(tasks[0][1]["sessions"]) if tasks else 1
     train = None
     if nemo_rl is not None and recipe is not None:
-        judged, train = nemo_rl.grpo_batch(rows, results, group_size, tokenizer, recipe[0], recipe[1])
+        more = {"chains": further_chains(results)} if chains else {}
+        judged, train = nemo_rl.grpo_batch(rows, results, group_size, tokenizer, recipe[0], recipe[1], **more)
+        if train is not None:
+            train |= built(results)
     elif nemo_rl is not None:
         judged = nemo_rl.postprocess(rows, results, group_size, tokenizer)
     else:

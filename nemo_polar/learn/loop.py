@@ -251,7 +251,7 @@ async def _steps(
                 recent = history[-cfg.solved_after :] if cfg.solved_after else []
                 if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
                     break  # nothing left to learn: in every group all samples agree
-    return _summary(history, nemo_rl, cfg.serving)
+    return _summary(history, nemo_rl, cfg)
 
 
 async def _step(
@@ -267,7 +267,8 @@ async def _step(
     t0, since = time.monotonic(), time.time()
     tasks = await _run_step(api, _tasks(cfg, step, vllm))
     sampled = time.monotonic()
-    batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe)
+    chains = cfg.chains == "all"
+    batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe, chains=chains)
     prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
     row = {
         "step": step,
@@ -283,6 +284,16 @@ async def _step(
         "policy_versions": sorted({str(r.upstream.policy_version) for r in records() if r.started_at >= since}),
         "sessions_by_node": dict(Counter(str(s["node_id"]) for _, t in tasks for s in t["sessions"])),
     }
+    if train is not None:  # what the loss sees: a row per rollout, and per further chain with every chain
+        trained = [sum(m[1:]) * w for m, w in zip(train["token_mask"], train["sample_mask"], strict=True)]
+        row |= {
+            "rows": train["rows"],
+            "chains_built": train["chains_built"],
+            "chains_trained": sum(t > 0 for t in trained),
+            "trained_tokens": int(sum(trained)),
+            "sampled_tokens": train["sampled_tokens"],
+            "chains_refused": train["chains_refused"],
+        }
     updating = time.monotonic()
     if nemo_rl.recipe is None:
         row |= policy.update(batch)
@@ -296,17 +307,24 @@ async def _step(
     return row
 
 
-def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts, serving: str) -> dict[str, Any]:
+def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts, cfg: LearnConfig) -> dict[str, Any]:
     rewards = [h["reward"] for h in history if h["reward"] is not None]
+    trained = [h for h in history if "rows" in h]
     return {
         "steps": len(history),
         "reward_first": rewards[0] if rewards else None,
         "reward_last": rewards[-1] if rewards else None,
         "max_logprob_err": max(h["logprob_err"] for h in history),
         # whose code did each part: NeMo-RL's own, or ours
-        "serving": serving,
+        "serving": cfg.serving,
         "post_processing": "nemo_rl" if nemo_rl.commands is not None else "polar",
         "loss": "nemo_rl" if nemo_rl.recipe is not None else "polar",
+        "chains": cfg.chains if nemo_rl.recipe is not None else "primary",
+        # over the steps: the trained chains (every chain: all of them) and tokens (every chain: the sampled ones)
+        "chains_built": sum(h["chains_built"] for h in trained),
+        "chains_trained": sum(h["chains_trained"] for h in trained),
+        "trained_tokens": sum(h["trained_tokens"] for h in trained),
+        "sampled_tokens": sum(h["sampled_tokens"] for h in trained),
         "update_s": round(sum(h["update_s"] for h in history), 2),
         "sessions_by_node": dict(sum((Counter(h["sessions_by_node"]) for h in history), Counter())),
         "history": history,

@@ -175,9 +175,21 @@ def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
                 "metrics": {k: float(v) for k, v in done.rollout_metrics.items() if isinstance(v, int | float)},
             }
         )
-    answer: dict[str, Any] = {"groups": groups, "errors": errors}
+    # every chain: each further chain of a rollout (`chains`: its logical row and its own result) is a row of its
+    # own by the same function, one chain per call
+    extra, refused = [], []
+    for chain in payload.get("chains") or []:
+        logical = int(chain["logical"])
+        try:
+            extra.append((logical, to_nemo_rl(actor, rows[logical], chain["result"], tokenizer)["message_log"]))
+        except (AssertionError, ValueError) as exc:
+            refused.append({"row": logical, "message": f"{type(exc).__name__}: {exc}"[:4000]})
+    answer: dict[str, Any] = {"groups": groups, "errors": errors, "chains_refused": refused}
     if payload.get("grpo") and finals:
-        answer["train"] = _train_batch(payload["grpo"], finals, tokenizer)
+        order = [g["group"] * num_generations + i for g in groups for i in range(len(g["samples"]))]
+        answer["train"] = _train_batch(payload["grpo"], finals, tokenizer, order, extra) | {
+            "chains_refused": len(refused)
+        }
     return answer
 
 
@@ -205,10 +217,14 @@ def _master(recipe: dict[str, Any]) -> Any:
     return _MASTERS[key]
 
 
-def _train_batch(recipe: dict[str, Any], finals: list[Any], tokenizer: Any) -> dict[str, Any]:
+def _train_batch(
+    recipe: dict[str, Any], finals: list[Any], tokenizer: Any, order: list[int], extra: list[tuple[int, Any]]
+) -> dict[str, Any]:
     """The post-processed groups as one GRPO training batch, in `grpo_train`'s order: reward scaling and
     shaping, the prompts the advantages group by, overlong filtering, `mask_sample`, the token loss masks,
-    the flat batch."""
+    the flat batch. `order`: the result index of each row of `finals`; `extra`: (result index, message log) of
+    each further chain, a row after the rollouts' own that takes its rollout's loss multiplier (and, in
+    `grpo_loss`, its advantage)."""
     import torch
     from nemo_rl.algorithms.grpo import (
         _apply_mask_sample_filter,
@@ -236,23 +252,36 @@ def _train_batch(recipe: dict[str, Any], finals: list[Any], tokenizer: Any) -> d
         multiplier[torch.as_tensor(batch["truncated"], dtype=torch.bool)] = 0
         batch["loss_multiplier"] = multiplier
     _apply_mask_sample_filter(batch)
-    add_grpo_token_loss_masks_and_generation_logprobs(batch["message_log"])
+    position = {result: row for row, result in enumerate(order)}
+    extra = [(position[result], log) for result, log in extra if result in position]  # a refused group: none
+    if extra and not _get(master.loss_fn, "token_level_loss", True):
+        raise ValueError("every chain is trained under a token-level loss only (loss_fn.token_level_loss: true)")
+    logs = list(batch["message_log"]) + [log for _, log in extra]
+    add_grpo_token_loss_masks_and_generation_logprobs(logs)
     flat, lengths = batched_message_log_to_flat_message(
-        batch["message_log"],
+        logs,
         pad_value_dict=pad,
         make_sequence_length_divisible_by=master.policy["make_sequence_length_divisible_by"],
     )
+    index = list(range(len(order))) + [row for row, _ in extra]  # each row's rollout, a row of `batch`
     train = BatchedDataDict(
         {
             "input_ids": flat["token_ids"],
             "input_lengths": lengths,
             "generation_logprobs": flat["generation_logprobs"],
             "token_mask": flat["token_loss_mask"],
-            "sample_mask": batch["loss_multiplier"],
+            "sample_mask": batch["loss_multiplier"][torch.tensor(index)],
         }
     )
     batch_id = max(_BATCHES, default=0) + 1
-    _BATCHES[batch_id] = {"recipe": recipe, "batch": batch, "train": train, "prompt_ids": prompts["token_ids"]}
+    _BATCHES[batch_id] = {
+        "recipe": recipe,
+        "batch": batch,
+        "train": train,
+        "prompt_ids": prompts["token_ids"],
+        "index": index,
+        "logs": logs,
+    }
     for old in sorted(_BATCHES)[:-4]:
         del _BATCHES[old]
     return {
@@ -261,6 +290,8 @@ def _train_batch(recipe: dict[str, Any], finals: list[Any], tokenizer: Any) -> d
         "token_mask": train["token_mask"].tolist(),
         "sample_mask": train["sample_mask"].tolist(),
         "rewards": batch["total_reward"].tolist(),
+        "rows": len(index),
+        "rollouts": len(order),
     }
 
 
@@ -293,21 +324,27 @@ def grpo_loss(payload: dict[str, Any]) -> dict[str, Any]:
     if not skip_reference:
         raise ValueError("the recipe asks for reference-policy logprobs, which this trainer does not compute")
     train["reference_policy_logprobs"] = torch.zeros_like(train["prev_logprobs"])
+    index, rollouts = held["index"], len(batch["message_log"])
     rewards = batch["total_reward"]
     if not skip_prev:
         compute_and_apply_seq_logprob_error_masking(
-            train_data=train, rewards=rewards, seq_logprob_error_threshold=master.grpo.seq_logprob_error_threshold
+            train_data=train,
+            rewards=rewards[torch.tensor(index)],
+            seq_logprob_error_threshold=master.grpo.seq_logprob_error_threshold,
         )
     mask = train["token_mask"] * train["sample_mask"].unsqueeze(-1)
-    train["advantages"] = _create_advantage_estimator(master).compute_advantage(
+    # the advantages of the rollouts (the first rows), within their task's group; each further chain's row
+    # takes its rollout's, so a chain adds no reward vote and never forms a group of its own
+    advantages = _create_advantage_estimator(master).compute_advantage(
         prompt_ids=held["prompt_ids"],
         rewards=rewards,
-        mask=mask,
+        mask=mask[:rollouts],
         repeated_batch=batch,
-        logprobs_policy=train["prev_logprobs"],
-        logprobs_reference=train.get("reference_policy_logprobs"),
+        logprobs_policy=train["prev_logprobs"][:rollouts],
+        logprobs_reference=train["reference_policy_logprobs"][:rollouts],
     )
-    _apply_configured_message_level_advantage_penalties(train, batch["message_log"], master)
+    train["advantages"] = torch.cat([advantages, _per_rollout(advantages, mask, index[rollouts:])])
+    _apply_configured_message_level_advantage_penalties(train, held["logs"], master)
     train["advantages"] = _clip_grpo_advantages(train["advantages"], master.grpo)
     # the normalisers NeMo-RL's policy workers all-reduce over data-parallel ranks: here, one rank
     valid_seqs = train["sample_mask"].sum()
@@ -320,6 +357,23 @@ def grpo_loss(payload: dict[str, Any]) -> dict[str, Any]:
         "advantages": (train["advantages"] * mask).tolist(),
         "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
     }
+
+
+def _per_rollout(advantages: Any, mask: Any, rows: list[int]) -> Any:
+    """[len(rows), S]: for each further chain, its rollout's advantage (one value per rollout, as GRPO gives)."""
+    import torch
+
+    out = torch.zeros(len(rows), mask.shape[1], dtype=advantages.dtype)
+    for k, row in enumerate(rows):
+        values = advantages[row][mask[row] > 0]
+        if values.numel() and float(values.max() - values.min()) > 1e-6:
+            raise ValueError("every chain takes one advantage per rollout; this estimator gives per-token ones")
+        out[k] = float(values[0]) if values.numel() else 0.0
+    return out
+
+
+def _get(config: Any, key: str, default: Any) -> Any:
+    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
 
 
 def about(payload: dict[str, Any]) -> dict[str, Any]:

@@ -276,3 +276,15 @@ def test_run_is_the_report_of_its_corpus(cases):
     for key in ("samples_ratio", "trained_over_unique", "false_forks", "corpus", "per_template"):
         assert out[key] == again[key]
     assert set(out["seconds"]) == {"generate", "total", *merge_report.BUILDERS}
+
+
+def test_a_session_that_compacts_every_twenty_calls_is_five_chains_all_trained(tokenizer):
+    """`polar bench merge --turns 100 --compact-every 20`: four compactions, five chains; every chain trains every
+    sampled token, the primary chain alone about a fifth of them."""
+    (case,) = merge_corpus.generate(1, 0, tokenizer, turns=100, compact_every=20)
+    assert (case.turns, case.compactions, case.subagents, case.real_chains) == (100, 4, 0, 5)
+    out = merge_report.report([merge.measure(case)])
+    tree = out["builders"]["prefix_tree"]
+    assert tree["roots"] == 5 and tree["drift"] == {"compaction": 4}
+    assert out["trained_share_every_chain"] == 1.0
+    assert 0.1 < out["trained_share_primary"] < 0.35

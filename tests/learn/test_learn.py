@@ -63,6 +63,26 @@ def test_nemo_rls_own_post_processing_and_loss_trained_where_it_is_found(run):
     assert all(h["update_s"] >= 0 for h in run["history"])
 
 
+@pytest.mark.skipif(NEMO_RL is None, reason="every chain is trained under NeMo-RL's loss")
+def test_a_session_of_two_chains_learns_from_both(tmp_path):
+    """examples/compacting_agent.py drafts, compacts, answers: two chains per session, the reward earned in the
+    second. Every chain is a row of NeMo-RL's batch: all of them trained, each sampled token once, and it learns."""
+    cfg = LearnConfig(
+        run_dir=str(tmp_path),
+        steps=STEPS,
+        prompts=6,
+        samples=8,
+        lr=6e-3,
+        harness={"name": "shell", "command": "python3 compacting_agent.py"},
+    )
+    run = learn(cfg)
+    rewards = [h["reward"] for h in run["history"]]
+    assert sum(rewards[-2:]) > sum(rewards[:2]), rewards
+    assert run["chains"] == "all" and run["chains_built"] == 2 * 6 * 8 * run["steps"]
+    assert (run["chains_trained"], run["trained_tokens"]) == (run["chains_built"], run["sampled_tokens"])
+    assert all(h["rows"] == 2 * 6 * 8 and h["chains_refused"] == 0 for h in run["history"])
+
+
 def test_a_group_without_signal_moves_nothing():
     same = [Sample([1, 2], [0, 1], [0.0, -1.0], reward, 0) for reward in (1.0, 1.0)]
     mixed = [Sample([1, 2], [0, 1], [0.0, -1.0], reward, 1) for reward in (0.0, 1.0)]
