@@ -11,6 +11,8 @@ class QwenCode(Harness):
     # the newest releases need node >= 22; this is the newest that runs on node 20
     pin = Pin("@qwen-code/qwen-code", "0.15.10", "npm")
     dialects = ("openai_chat",)
+    # after the agent's first answer it asks the model, beside the agent, what to remember of the session
+    side_calls = {"memory": "managed memory extraction subagent"}
     log_files = (".qwen/tmp/**/*.json", ".qwen/tmp/**/*.jsonl")
 
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,9 +57,11 @@ def run_harness(
     task: str = "Say hello.",
     max_steps: int = 2,
     timeout: float = 300,
+    **route: Any,
 ) -> HarnessRun:
-    """Run a harness CLI against the proxy with its own HOME and working copy; return its records."""
-    session = proxy.proxy.sessions.open(metadata={"harness": harness.name})
+    """Run a harness CLI against the proxy with its own HOME and working copy; return its records. `route`: the
+    session's own (`max_calls`, `max_tokens`...)."""
+    session = proxy.proxy.sessions.open(metadata={"harness": harness.name}, **route)
 
     async def run() -> tuple[int, str, str]:
         # not sandboxed: codex brings its own bubblewrap, which does not nest inside ours

@@ -26,21 +26,22 @@ pytestmark = pytest.mark.harness
 TASK = 'List the files  here: "all" 42 of them -- --help [fault:tool_call]'
 
 
-def run_opencode(proxy, tmp_path, max_tokens: int):
-    harness = HARNESSES.make("opencode", {"max_tokens": max_tokens, "context": 16384})
+def run_opencode(proxy, tmp_path, max_tokens: int, task: str = TASK, files=("[fault:echo]",), timeout=60, **options):
+    harness = HARNESSES.make("opencode", {"max_tokens": max_tokens, "context": 16384} | options.pop("settings", {}))
     check_install(harness)
-    session = proxy.proxy.sessions.open()
+    session = proxy.proxy.sessions.open(**options)
 
     async def run() -> tuple[int, str, str, list[str]]:
         runtime = LocalRuntime(tmp_path, sandbox=True, session_id="oc", proxy_url=proxy.url)
         await runtime.start()
         try:
-            (runtime.work / "[fault:echo]").write_text("")
+            for name in files:
+                (runtime.work / name).write_text("")
             launch = harness.launch(
-                TASK, Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL), runtime.inside(), 5
+                task, Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL), runtime.inside(), 5
             )
             launch.write_files(runtime.home)
-            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=60)
+            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=timeout)
             home = sorted(str(p.relative_to(runtime.home)) for p in runtime.home.rglob("*"))
             return rc, out, err, home
         finally:
@@ -72,3 +73,29 @@ def test_a_tool_turn_keeps_one_growing_history_of_the_agents_own_calls(tmp_path)
     # its session store and log in its own HOME; no npm cache, no plugin install
     assert ".local/share/opencode/opencode.db" in home and not any(p.startswith(".npm") for p in home)
     assert not any("node_modules/@opencode-ai" in p for p in home)
+
+
+def test_with_its_title_call_on_a_tool_loop_is_stopped_by_its_budget(tmp_path):
+    """Title call and auto-compaction on (opencode's own defaults) and a model that always calls a tool (every `ls`
+    lists `[fault:tool_call]`): nothing but the session's budget ends it. The 13th call is refused with a terminal
+    400 and opencode exits at once; its title call is named a side call and is never the chain trained."""
+    from nemo_polar.env.gym import primary_chain
+    from nemo_polar.traces import build
+
+    settings = {"title": True, "compaction": True}
+    with FakeUpstreamThread() as up, make_proxy(up.url, tmp_path) as proxy:
+        rc, out, err, _, records = run_opencode(
+            proxy, tmp_path, 64, "Look around. [fault:tool_call]", ("[fault:tool_call]",), 120, settings=settings,
+            max_calls=12,
+        )  # fmt: skip
+        spent = proxy.proxy.budget_spent(records[0].session_id)
+    assert rc != 0 and len(records) == 12 and spent.startswith("session budget spent: 12 model calls")
+    systems = [r.native_request["messages"][0]["content"] for r in records]
+    assert systems[0].startswith("You are a title generator") and all(
+        s.startswith("You are opencode") for s in systems[1:]
+    )
+    built = build(records, "prefix_tree")
+    HARNESSES["opencode"].name_side_calls(built.traces, {r.id: r.native_request for r in records})
+    assert [t.metadata.get("side_call") for t in built.traces].count("title") == 1
+    primary = built.traces[primary_chain(built.traces)]
+    assert "side_call" not in primary.metadata and primary.record_ids[0] == records[1].id

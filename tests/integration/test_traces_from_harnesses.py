@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from nemo_polar.env.gym import primary_chain
 from nemo_polar.harnesses import HARNESSES
 from nemo_polar.traces import build
 
@@ -43,6 +44,11 @@ def test_merged_traces_carry_on_policy_logprobs(name, real_proxy, tokenizer, tmp
     strict_deltas = [d for t in strict.traces for d in deltas(t)]
     assert len(strict_deltas) == strict.stats.trained_tokens and max(strict_deltas) < BOUND
     repaired = [d for t in merged.traces for d in deltas(t)]
+    # qwen_code asks, beside the agent, what to remember of the session: a side call, never the chain trained
+    HARNESSES[name].name_side_calls(merged.traces, {r.id: r.native_request for r in run.records})
+    sides = [t.metadata.get("side_call") for t in merged.traces if t.metadata.get("side_call")]
+    assert sides == (["memory"] if name == "qwen_code" else []), sides
+    assert "side_call" not in merged.traces[primary_chain(merged.traces)].metadata
     print(
         f"\n{name}: {len(run.records)} calls -> {len(merged.traces)} trace(s), drift {merged.stats.drift}; "
         f"trace tokens {merged.stats.trace_tokens} vs per_request {per_request.stats.trace_tokens}; "
@@ -122,8 +128,6 @@ def test_opencode_continuing_its_session_extends_one_on_policy_chain(real_proxy,
 def test_opencode_with_its_title_call_on_trains_the_agents_chain(real_proxy, tmp_path):
     """opencode with its session title on (its own default) asks for the title beside the agent's first call:
     that call is named a side call in the traces, and the chain picked for NeMo-RL's row is the agent's."""
-    from nemo_polar.env.gym import primary_chain
-
     harness = HARNESSES["opencode"](title=True)
     run = run_harness(real_proxy, harness, tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -135,3 +139,4 @@ def test_opencode_with_its_title_call_on_trains_the_agents_chain(real_proxy, tmp
     assert "side_call" not in primary.metadata
     first = next(r for r in run.records if r.id == primary.record_ids[0])
     assert "title generator" not in str(first.native_request)
+
