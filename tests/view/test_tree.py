@@ -85,3 +85,19 @@ def test_a_call_above_a_fork_is_in_each_trace_below_it():
     ]
     nodes = chain_tree(records, build(records))["nodes"]
     assert [n["in_traces"] for n in nodes] == [2, 1, 1] and nodes[0]["trained_in"] == 0
+
+
+def test_a_side_call_is_named_on_the_tree_and_in_the_traces():
+    """opencode's title call, first of its session: the page names it as the harness does (SessionView)."""
+    from nemo_polar.view.session import SessionView
+
+    title = rec(0, [60, 61], [15, EOT]).model_copy(
+        update={"native_request": {"messages": [{"role": "system", "content": "You are a title generator."}]}}
+    )
+    records = [title, rec(1, [1, 3, 4], [10, EOT]), rec(2, [1, 3, 4, 10, EOT, 5], [11, EOT])]
+    detail = SessionView.of({"harness": "opencode", "builder": "prefix_tree"}, records).detail()
+    nodes = {n["id"]: n for n in detail["tree"]["nodes"]}
+    assert nodes["c0"]["side_call"] == "title" and nodes["c1"]["side_call"] is None
+    assert [t["side_call"] for t in detail["traces"]] == ["title", None]
+    other = SessionView.of({"harness": "codex", "builder": "prefix_tree"}, records).detail()  # names none
+    assert [t["side_call"] for t in other["traces"]] == [None, None]
