@@ -254,7 +254,7 @@ def _train_batch(
     _apply_mask_sample_filter(batch)
     position = {result: row for row, result in enumerate(order)}
     extra = [(position[result], log) for result, log in extra if result in position]  # a refused group: none
-    if extra and not _get(master.loss_fn, "token_level_loss", True):
+    if extra and not master.loss_fn.token_level_loss:
         raise ValueError("every chain is trained under a token-level loss only (loss_fn.token_level_loss: true)")
     logs = list(batch["message_log"]) + [log for _, log in extra]
     add_grpo_token_loss_masks_and_generation_logprobs(logs)
@@ -370,10 +370,6 @@ def _per_rollout(advantages: Any, mask: Any, rows: list[int]) -> Any:
             raise ValueError("every chain takes one advantage per rollout; this estimator gives per-token ones")
         out[k] = float(values[0]) if values.numel() else 0.0
     return out
-
-
-def _get(config: Any, key: str, default: Any) -> Any:
-    return config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
 
 
 def about(payload: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ const ROLE = {
   "new history": ["new chain", "role-new"],
   "new chain": ["new chain", "role-new"],
   repaired: ["repaired", "role-repaired"],
-  "side call": ["side call", "role-side"],
   continues: ["", ""],
 };
 
