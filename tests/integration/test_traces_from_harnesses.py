@@ -139,4 +139,3 @@ def test_opencode_with_its_title_call_on_trains_the_agents_chain(real_proxy, tmp
     assert "side_call" not in primary.metadata
     first = next(r for r in run.records if r.id == primary.record_ids[0])
     assert "title generator" not in str(first.native_request)
-
