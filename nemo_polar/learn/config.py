@@ -62,6 +62,12 @@ class LearnConfig(Strict):
         description="what serves the policy: vLLM, or NeMo-RL's own vLLM HTTP server (its generation worker's, over "
         "the vLLM it pins: scripts/setup.sh nemo_rl_vllm), with a rollout server of this run's own",
     )
+    rollouts: Literal["polar", "nemo_rl"] = Field(
+        "polar",
+        description="who collects each step's rollouts: our client of the rollout server, or NeMo-RL's own Gym actor "
+        "(spinup_nemo_gym_actor, run_rollouts: scripts/setup.sh nemo_rl_gym) driving our Gym servers, which Gym's "
+        "builder starts; NeMo-RL then trains the primary chain of each session, as it does through Gym",
+    )
     nemo_rl: bool = Field(True, description="post-process by NeMo-RL's own code when a checkout is found")
     update: Literal["auto", "polar", "nemo_rl"] = Field(
         "auto",

@@ -6,6 +6,9 @@ rollout loop's code: contiguity, message logs, reward, mask_sample), so the loop
 NeMo-RL would. Without a NeMo-RL checkout the same Gym items are read directly (`_read_items`): their
 token fields, concatenated in order, masked where sampled.
 
+With NeMo-RL's own rollout collection (`rollouts=nemo_rl`) the step's rows are `gym_rows`, NeMo-RL's Gym actor runs
+them through our Gym servers, and its post-processed samples come back (`nemo_polar.env.nemo_rl_actor`).
+
 Every chain (`chains=True`, NeMo-RL's loss only): each further chain of a rollout's `training_traces` is made into
 Gym items exactly as the primary is and post-processed by the same NeMo-RL function as a row of its own, which
 takes its rollout's advantage (`nemo_polar.nemo_rl.worker`).
@@ -85,10 +88,19 @@ def samples(
         judged = nemo_rl.postprocess(rows, results, group_size, tokenizer)
     else:
         judged = [_read_items(r) for r in results]
+    out, left_out = training_samples(judged, group_size, [r.get("failure_reason") for r in results])
+    return out, left_out, train
+
+
+def training_samples(
+    judged: list[dict[str, Any]], group_size: int, reasons: list[str | None] | None = None
+) -> tuple[list[Sample], list[str]]:
+    """The unmasked samples NeMo-RL (or `_read_items`) judged, one per rollout in group order, and why the others
+    were left out (`reasons`: each rollout's failure reason, where known)."""
     out, left_out = [], []
     for i, sample in enumerate(judged):
         if "error" in sample or sample["mask_sample"]:
-            left_out.append(sample.get("error") or results[i].get("failure_reason") or "masked")
+            left_out.append(sample.get("error") or (reasons[i] if reasons else None) or "masked")
             continue
         tokens, mask, logprobs = [], [], []
         for m in sample["message_log"]:
@@ -96,7 +108,26 @@ def samples(
             mask += [int(m["role"] == "assistant")] * len(m["token_ids"])
             logprobs += m.get("generation_logprobs") or [0.0] * len(m["token_ids"])
         out.append(Sample(tokens, mask, logprobs, float(sample["total_reward"]), i // group_size))
-    return out, left_out, train
+    return out, left_out
+
+
+def gym_rows(instructions: list[str], samples: int, max_tokens: int, prefix: str) -> list[dict[str, Any]]:
+    """The Gym rows of one step as NeMo-RL's GRPO loop hands them to its Gym actor: each task's row repeated
+    `samples` times, the repeats together; each task's sessions named `<prefix>-p<i>-...` on our rollout server."""
+    rows = []
+    for i, instruction in enumerate(instructions):
+        for _ in range(samples):
+            rows.append(
+                {
+                    "responses_create_params": {
+                        "input": [{"role": "user", "content": instruction}],
+                        "max_output_tokens": max_tokens,
+                    },
+                    "agent_ref": AGENT,
+                    "polar": {"task_id": f"{prefix}-p{i}"},
+                }
+            )
+    return rows
 
 
 def _read_items(result: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,10 @@ reloads the weights in place and drops its prefix cache, and the resume carries 
 recorded on every later call. A restart of vLLM is the fallback where it cannot reload in place.
 
 With `rollout_url` the sessions run on that rollout server's gateway nodes instead (a Slurm job's:
-`polar launch slurm --learn`), vLLM listening where they reach it (`serve_host`).
+`polar launch slurm --learn`), vLLM listening where they reach it (`serve_host`). With `rollouts=nemo_rl`, NeMo-RL's
+own Gym actor collects each step's rollouts instead of our client: it starts Gym's servers (ours among them) from
+the recipe's `env.nemo_gym`, sends the step's rows through them and post-processes the results, and its loss trains
+on its batch (`nemo_polar.env.nemo_rl_actor`).
 
 This is the CPU reference loop. Training at scale is NeMo-RL's (docs/training.md).
 """
@@ -20,6 +23,7 @@ This is the CPU reference loop. Training at scale is NeMo-RL's (docs/training.md
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import glob
 import json
@@ -27,7 +31,7 @@ import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import nullcontext
 from pathlib import Path
 from statistics import fmean
@@ -38,6 +42,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import ProxyConfig
 from ..contracts import EvaluatorSpec, TaskSpec
+from ..env.nemo_rl_actor import GymActor, locate_actor
 from ..errors import ConfigError
 from ..local.vllm_server import ROOT, VLLMServer
 from ..nemo_rl.server import local_server
@@ -49,6 +54,7 @@ from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
 from ..store import SqliteStore
 from .config import FIRST_VERSION, PROMPTS, SAMPLING, SERVED_NAME, LearnConfig
+from .data import built, gym_results, gym_rows, training_samples
 from .data import samples as to_samples
 from .policy import Policy
 
@@ -61,6 +67,11 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     started = time.monotonic()
     if cfg.serving == "nemo_rl" and cfg.rollout_url is not None:  # the job's gateways are set for vLLM
         raise ConfigError("serving=nemo_rl runs with a rollout server of its own (rollout_url: null)")
+    if cfg.rollouts == "nemo_rl" and (cfg.rollout_url is not None or not cfg.nemo_rl or cfg.update == "polar"):
+        raise ConfigError(
+            "rollouts=nemo_rl: NeMo-RL's Gym actor collects for NeMo-RL's loss (nemo_rl=true, update auto or "
+            "nemo_rl) against a rollout server of this run's own (rollout_url: null)"
+        )
     vllm = local_server(
         cfg.serving, SAMPLING, model=policy_dir, port=free_port(), served_name=SERVED_NAME, host=cfg.serve_host,
         dev_mode=True, log_path=run_dir / "vllm.log",
@@ -72,7 +83,7 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
             # a launch's nodes are up already, their proxies configured with SAMPLING and FIRST_VERSION
             remote = nullcontext((cfg.rollout_url, functools.partial(_node_records, cfg.node_records)))
             with _system(cfg, vllm, run_dir) if cfg.rollout_url is None else remote as (rollout_url, records):
-                summary = asyncio.run(_steps(cfg, vllm, rollout_url, records, nemo_rl, console))
+                summary = asyncio.run(_steps(cfg, vllm, rollout_url, records, nemo_rl, console, run_dir))
         finally:
             vllm.stop()
     summary["seconds"] = round(time.monotonic() - started, 1)
@@ -84,10 +95,11 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
 
 class _NemoRLParts:
     """What of NeMo-RL the run uses: its post-processing (`commands`, one process for the whole run; None
-    without a checkout) and its GRPO loss (`recipe`: the recipe and overrides it runs with; None: ours)."""
+    without a checkout), its GRPO loss (`recipe`: the recipe and overrides it runs with; None: ours) and its Gym
+    actor (`actor`, in that process, with `rollouts=nemo_rl`; started once the rollout server is up)."""
 
-    def __init__(self, commands=None, recipe: tuple[Path, list[str]] | None = None):
-        self.commands, self.recipe = commands, recipe
+    def __init__(self, commands=None, recipe: tuple[Path, list[str]] | None = None, actor: GymActor | None = None):
+        self.commands, self.recipe, self.actor = commands, recipe, actor
 
 
 class _nemo_rl:  # noqa: N801 - a context manager read as a value
@@ -105,9 +117,9 @@ class _nemo_rl:  # noqa: N801 - a context manager read as a value
             return _NemoRLParts()
         loss = self.cfg.update != "polar"
         try:
-            found = locate()
+            found = locate_actor() if self.cfg.rollouts == "nemo_rl" else locate()
         except NemoRLNotFound as exc:
-            if self.cfg.update == "nemo_rl":
+            if self.cfg.update == "nemo_rl" or self.cfg.rollouts == "nemo_rl":
                 raise
             self.console.print(f"[yellow]{exc}: the Gym items are read directly, our own GRPO loss trains[/yellow]")
             return _NemoRLParts()
@@ -115,7 +127,8 @@ class _nemo_rl:  # noqa: N801 - a context manager read as a value
         if loss and not recipe.is_file():
             raise ConfigError(f"recipe {recipe} not found: NeMo-RL's loss reads its grpo and loss_fn sections")
         self.served = found.serve(*(["nemo_rl.algorithms.grpo"] if loss else [])).__enter__()
-        return _NemoRLParts(self.served, (recipe, list(self.cfg.recipe_overrides)) if loss else None)
+        actor = GymActor(self.served) if self.cfg.rollouts == "nemo_rl" else None
+        return _NemoRLParts(self.served, (recipe, list(self.cfg.recipe_overrides)) if loss else None, actor)
 
     def __exit__(self, *exc: object) -> None:
         if self.served is not None:
@@ -207,6 +220,41 @@ def _tasks(cfg: LearnConfig, step: int, vllm: VLLMServer) -> list[TaskSpec]:
     ]
 
 
+def _agent(cfg: LearnConfig, vllm: VLLMServer) -> dict[str, Any]:
+    """Our Gym agent's task defaults for NeMo-RL's actor: what `_tasks` gives every session (the recipe's keys
+    replaced), a task's samples one group, and what this run's proxy pins."""
+    spec = _tasks(cfg, 0, vllm)[0]
+    keys = {"harness", "runtime", "evaluator", "builder", "session_timeout_s", "agent_timeout_s"}
+    backend = {"engine": cfg.serving, "sampling": SAMPLING}
+    return spec.model_dump(mode="json", include=keys) | {"group_size": cfg.samples, "backend": backend}
+
+
+@contextlib.asynccontextmanager
+async def _actor(
+    cfg: LearnConfig, vllm: VLLMServer, rollout_url: str, nemo_rl, console: Console, run_dir: Path
+) -> AsyncIterator[None]:
+    """NeMo-RL's Gym actor for the run's steps (`rollouts=nemo_rl`), stopped with Gym's servers after them."""
+    if nemo_rl.actor is None:
+        yield
+        return
+    with console.status("starting NeMo-RL's Gym actor: Ray, Gym's head server, our Gym servers (about a minute)"):
+        base_urls = [f"{vllm.public_url}/v1"]  # as NeMo-RL hands its vLLM HTTP servers to the actor
+        start = functools.partial(nemo_rl.actor.start, nemo_rl.recipe, vllm.model, base_urls, SERVED_NAME)
+        await asyncio.to_thread(start, rollout_url, _agent(cfg, vllm), run_dir / "gym")
+    try:
+        yield
+    finally:
+        nemo_rl.actor.stop()
+
+
+async def _step_tasks(api: RolloutAPI, prefix: str) -> list[tuple[str, dict]]:
+    """The tasks NeMo-RL's actor made on our rollout server in one step (their ids start with `prefix`), each as
+    (instruction, `GET /tasks/{id}`)."""
+    named = [t["task_id"] for t in await api.tasks() if t["task_id"].startswith(f"{prefix}-")]
+    tasks = [await api.task(task_id) for task_id in sorted(named)]
+    return [(t["spec"]["instruction"], t) for t in tasks]
+
+
 async def _run_step(api: RolloutAPI, specs: list[TaskSpec]) -> list[tuple[str, dict]]:
     for spec in specs:
         await api.submit(spec)
@@ -235,12 +283,15 @@ def _pattern_tokens(policy: Policy, pattern: str) -> list[int]:
 
 
 async def _steps(
-    cfg: LearnConfig, vllm: VLLMServer, rollout_url: str, records: Records, nemo_rl, console: Console
+    cfg: LearnConfig, vllm: VLLMServer, rollout_url: str, records: Records, nemo_rl, console: Console, run_dir: Path
 ) -> dict[str, Any]:
     policy = Policy(vllm.model, cfg.lr)
     history: list[dict[str, Any]] = []
     columns = (TextColumn("step {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"))
-    async with RolloutAPI(rollout_url, cfg.control_token) as api:
+    async with (
+        _actor(cfg, vllm, rollout_url, nemo_rl, console, run_dir),
+        RolloutAPI(rollout_url, cfg.control_token) as api,
+    ):
         with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
             bar = progress.add_task("reward -", total=cfg.steps)
             for step in range(cfg.steps):
@@ -265,10 +316,18 @@ async def _step(
 ) -> dict[str, Any]:
     """Sample, judge, check, update, publish; what it measured."""
     t0, since = time.monotonic(), time.time()
-    tasks = await _run_step(api, _tasks(cfg, step, vllm))
+    if nemo_rl.actor is not None:  # NeMo-RL's Gym actor runs the step's rows through our Gym servers
+        rows = gym_rows(list(PROMPTS[: cfg.prompts]), cfg.samples, cfg.max_tokens, f"step{step:03d}")
+        judged, train = await asyncio.to_thread(nemo_rl.actor.rollouts, rows, cfg.samples)
+        tasks = await _step_tasks(api, f"step{step:03d}")
+        batch, left_out = training_samples(judged, cfg.samples)
+        if train is not None:
+            train |= built(gym_results(tasks)[1])
+    else:
+        tasks = await _run_step(api, _tasks(cfg, step, vllm))
+        chains = cfg.chains == "all"
+        batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe, chains=chains)
     sampled = time.monotonic()
-    chains = cfg.chains == "all"
-    batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe, chains=chains)
     prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
     row = {
         "step": step,
@@ -316,10 +375,12 @@ def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts, cfg: LearnCon
         "reward_last": rewards[-1] if rewards else None,
         "max_logprob_err": max(h["logprob_err"] for h in history),
         # whose code did each part: NeMo-RL's own, or ours
+        "rollouts": cfg.rollouts,
         "serving": cfg.serving,
         "post_processing": "nemo_rl" if nemo_rl.commands is not None else "polar",
         "loss": "nemo_rl" if nemo_rl.recipe is not None else "polar",
-        "chains": cfg.chains if nemo_rl.recipe is not None else "primary",
+        # NeMo-RL's actor returns each session's primary chain, as NeMo-RL's GRPO trains through Gym
+        "chains": cfg.chains if nemo_rl.recipe is not None and nemo_rl.actor is None else "primary",
         # over the steps: the trained chains (every chain: all of them) and tokens (every chain: the sampled ones)
         "chains_built": sum(h["chains_built"] for h in trained),
         "chains_trained": sum(h["chains_trained"] for h in trained),

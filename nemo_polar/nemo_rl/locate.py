@@ -46,7 +46,7 @@ class Commands:
         """Gym `/run` results as NeMo-RL's Gym rollout loop turns them into training data (worker.py:
         its contiguity check, message logs, reward, mask_sample, reward components and penalties).
         One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it."""
-        return _samples(self._postprocess(rows, results, num_generations, tokenizer, options), len(results))
+        return by_result(self._postprocess(rows, results, num_generations, tokenizer, options), len(results))
 
     def _postprocess(
         self, rows: list[dict], results: list[dict], num_generations: int, tokenizer: str | Path, options: dict
@@ -69,7 +69,7 @@ class Commands:
         the served process for `grpo_loss`."""
         grpo = {"grpo": {"path": str(recipe), "overrides": list(overrides)}}
         answer = self._postprocess(rows, results, num_generations, tokenizer, options | grpo)
-        return _samples(answer, len(results)), answer.get("train")
+        return by_result(answer, len(results)), answer.get("train")
 
     def grpo_loss(
         self, batch: int, logprobs: list[list[float]], prev_logprobs: list[list[float]] | None = None
@@ -80,8 +80,9 @@ class Commands:
         return self.call("grpo_loss", {"batch": batch, "logprobs": logprobs, "prev_logprobs": prev_logprobs})
 
 
-def _samples(answer: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it."""
+def by_result(answer: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it (`answer`: the
+    worker's groups and errors, and the `num_generations` they were grouped by)."""
     num_generations = answer["num_generations"]
     out: list[dict[str, Any]] = [{} for _ in range(count)]
     for group in answer["groups"]:

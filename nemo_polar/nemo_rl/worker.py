@@ -4,6 +4,7 @@
     python worker.py postprocess  < {"tokenizer": DIR, "rows": [...], "results": [...], ...}
     python worker.py about        < {}
     python worker.py grpo_loss    < {"batch": ID, "logprobs": [[...]]}  (after a postprocess with "grpo")
+    python worker.py serve ...    then gym_start, gym_rollouts, gym_stop  (NeMo-RL's own Gym actor; Ray, NeMo Gym)
     python worker.py serve [MODULE ...]  < one {"command": ..., "payload": ...} per line, one answer per line out
 
 One JSON object in on stdin, one out on stdout. This file imports the standard library and NeMo-RL
@@ -24,6 +25,12 @@ imports NeMo-RL: a checkout's own `uv` venv, its container, or the CPU environme
 - `grpo_loss`: on that batch, NeMo-RL's advantage estimator and `ClippedPGLossFn` as the recipe configures
   them, on the policy logprobs the caller computed; the loss's gradient with respect to them goes back, and
   the caller back-propagates it through its own model. Needs the `serve` process that built the batch.
+- `gym_start`, `gym_rollouts`, `gym_stop`: NeMo-RL's own rollout collection, as `grpo_train` runs it. `gym_start`
+  starts Ray and NeMo-RL's `NemoGym` actor by its `spinup_nemo_gym_actor` on the recipe's `env.nemo_gym` section
+  (Gym's head server and the servers it names, each venv built by Gym); `gym_rollouts` sends a step's rows through
+  `run_nemo_gym_rollout_sync` (the actor's `run_rollouts`, its post-processing, each group's) and answers as
+  `postprocess` does, the GRPO batch built and kept from NeMo-RL's own final batch. Needs a Python with Ray and
+  NeMo Gym beside NeMo-RL (`scripts/setup.sh nemo_rl_gym`).
 """
 
 from __future__ import annotations
@@ -110,6 +117,26 @@ def _log(message_log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _entries(done: Any) -> list[dict[str, Any]]:
+    """Each sample of a post-processed NeMo-RL rollout result (`NemoGymRolloutResult`), as JSON."""
+    batch = done.final_batch
+    mask = batch.get("mask_sample")
+    return [
+        {
+            "message_log": _log(log),
+            "total_reward": float(batch["total_reward"][i]),
+            "mask_sample": bool(mask[i]) if mask is not None else False,
+            "length": int(batch["length"][i]),
+            "input_ids": [int(t) for t in done.input_ids[i][: int(batch["length"][i])].tolist()],
+        }
+        for i, log in enumerate(batch["message_log"])
+    ]
+
+
+def _metrics(done: Any) -> dict[str, float]:
+    return {k: float(v) for k, v in done.rollout_metrics.items() if isinstance(v, int | float)}
+
+
 def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
     import torch
     from nemo_rl.algorithms.utils import get_tokenizer
@@ -155,26 +182,11 @@ def postprocess(payload: dict[str, Any]) -> dict[str, Any]:
             for row in range(first, first + num_generations):
                 errors.append({"row": row, "message": f"{type(exc).__name__}: {exc}"[:4000]})
             continue
-        batch = done.final_batch
-        finals.append(batch)
-        mask = batch.get("mask_sample")
-        groups.append(
-            {
-                "group": group.group_index,
-                "samples": [
-                    {
-                        "message_log": _log(log),
-                        "total_reward": float(batch["total_reward"][i]),
-                        "mask_sample": bool(mask[i]) if mask is not None else False,
-                        "length": int(batch["length"][i]),
-                        "input_ids": [int(t) for t in done.input_ids[i][: int(batch["length"][i])].tolist()],
-                        "items": group.results[i]["full_result"]["response"]["output"],
-                    }
-                    for i, log in enumerate(batch["message_log"])
-                ],
-                "metrics": {k: float(v) for k, v in done.rollout_metrics.items() if isinstance(v, int | float)},
-            }
-        )
+        finals.append(done.final_batch)
+        samples = _entries(done)
+        for sample, result in zip(samples, group.results, strict=True):
+            sample["items"] = result["full_result"]["response"]["output"]
+        groups.append({"group": group.group_index, "samples": samples, "metrics": _metrics(done)})
     # every chain: each further chain of a rollout (`chains`: its logical row and its own result) is a row of its
     # own by the same function, one chain per call
     extra, refused = [], []
@@ -372,13 +384,121 @@ def _per_rollout(advantages: Any, mask: Any, rows: list[int]) -> Any:
     return out
 
 
+# --- NeMo-RL's own rollout collection: its Gym actor, started and driven as `grpo_train` does (nemo_rl/algorithms/
+# grpo.py: `spinup_nemo_gym_actor` in its set-up, `run_nemo_gym_rollout_sync` each step).
+
+_GYM: dict[str, Any] = {}  # the actor, the tokenizer it holds, the recipe it runs
+
+
+def gym_start(payload: dict[str, Any]) -> dict[str, Any]:
+    """Ray on this machine and NeMo-RL's `NemoGym` actor on the recipe's `env.nemo_gym`, with `nemo_gym` ({dotted key:
+    value} set over it, each value replacing what was there: where our rollout server is, the task defaults) and
+    `environment` (what Gym's servers read: set in this process, whose environment the actor takes), against
+    `base_urls` serving `model_name`."""
+    import os
+
+    import ray
+    from nemo_rl.algorithms.utils import get_tokenizer
+    from nemo_rl.environments.nemo_gym import spinup_nemo_gym_actor
+    from omegaconf import OmegaConf
+
+    if _GYM:
+        raise RuntimeError("NeMo-RL's Gym actor is already running in this worker")
+    master = _master(payload["grpo"])
+    os.environ.update(payload.get("environment") or {})
+    env, section = dict(master.env), OmegaConf.create(master.env["nemo_gym"])
+    for key, value in (payload.get("nemo_gym") or {}).items():
+        OmegaConf.update(section, key, value, merge=False)
+    env["nemo_gym"] = OmegaConf.to_container(section)
+    ray.init(num_cpus=int(payload.get("num_cpus", 4)), include_dashboard=False, log_to_driver=False)
+    tokenizer = get_tokenizer({"name": payload["tokenizer"]})
+    generation = master.policy["generation"]
+    actor = spinup_nemo_gym_actor(
+        env_configs=env,
+        base_urls=list(payload["base_urls"]),
+        model_name=payload["model_name"],
+        tokenizer=tokenizer,
+        enable_router_replay=False,
+        routed_experts_dtype="int16",  # grpo_train's value without router replay
+        use_fastokens=bool(master.policy["tokenizer"].get("use_fastokens")),
+    )
+    _GYM.update(actor=actor, tokenizer=tokenizer, recipe=payload["grpo"], env=env, generation=generation)
+    return {"ray": ray.get_runtime_context().gcs_address, "python": sys.executable}
+
+
+def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
+    """A step's Gym `rows` (each repeated `num_generations` times, a group's repeats together) through NeMo-RL's
+    `run_nemo_gym_rollout_sync` with the arguments `grpo_train` passes; answered as `postprocess` answers, with the
+    GRPO training batch built from NeMo-RL's own final batch."""
+    import torch
+    from nemo_rl.algorithms.grpo import _get_effort_config
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+    from nemo_rl.experience.rollouts import (
+        get_nemo_gym_thinking_tags,
+        run_nemo_gym_rollout_sync,
+        should_mask_flagged_samples,
+    )
+
+    if not _GYM:
+        raise RuntimeError("gym_start first: NeMo-RL's Gym actor is not running")
+    master = _master(_GYM["recipe"])
+    rows, size = payload["rows"], int(payload["num_generations"])
+    # grpo_train clears the stop criteria configure_generation_config filled in; the generation's `cfg` (what
+    # NeMo-RL reads of its generation interface here: the engine's max_model_len) is that config
+    generation = {**_GYM["generation"], "stop_token_ids": None, "stop_strings": None}
+    batch = BatchedDataDict({"extra_env_info": rows, "loss_multiplier": torch.ones(len(rows))})
+    done = run_nemo_gym_rollout_sync(
+        policy_generation=SimpleNamespace(cfg=generation),
+        input_batch=batch,
+        tokenizer=_GYM["tokenizer"],
+        task_to_env={"nemo_gym": _GYM["actor"]},
+        max_seq_len=master.policy["max_total_sequence_length"],
+        generation_config=generation,
+        log_full_result_tables=False,
+        max_rollout_turns=None,
+        greedy=False,
+        effort_config=_get_effort_config(master),
+        reward_penalty_config=master.reward_penalties,
+        thinking_tags=get_nemo_gym_thinking_tags(_GYM["env"]),
+        mask_env_flagged_samples=should_mask_flagged_samples(_GYM["env"]),
+    )
+    samples = _entries(done)
+    groups = [{"group": g, "samples": samples[g * size : (g + 1) * size]} for g in range(len(samples) // size)]
+    answer: dict[str, Any] = {"groups": groups, "errors": [], "chains_refused": [], "metrics": _metrics(done)}
+    order = list(range(len(samples)))
+    answer["train"] = _train_batch(_GYM["recipe"], [done.final_batch], _GYM["tokenizer"], order, [])
+    answer["train"]["chains_refused"] = 0
+    return answer
+
+
+def gym_stop(payload: dict[str, Any]) -> dict[str, Any]:
+    """The actor's own shutdown (Gym's servers stopped), then Ray's."""
+    import ray
+
+    if _GYM:
+        try:
+            ray.get(_GYM["actor"].shutdown.remote(), timeout=float(payload.get("timeout_s", 60)))
+        finally:
+            _GYM.clear()
+            ray.shutdown()
+    return {"stopped": True}
+
+
 def about(payload: dict[str, Any]) -> dict[str, Any]:
     import nemo_rl
 
     return {"version": getattr(nemo_rl, "__version__", None), "file": nemo_rl.__file__, "python": sys.version}
 
 
-COMMANDS = {"validate": validate, "postprocess": postprocess, "grpo_loss": grpo_loss, "about": about}
+COMMANDS = {
+    "validate": validate,
+    "postprocess": postprocess,
+    "grpo_loss": grpo_loss,
+    "gym_start": gym_start,
+    "gym_rollouts": gym_rollouts,
+    "gym_stop": gym_stop,
+    "about": about,
+}
 
 
 def run(command: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -403,10 +523,14 @@ def main() -> int:
     for module in sys.argv[2:]:  # what the caller will ask for besides post-processing
         importlib.import_module(module)
 
-    for line in sys.stdin:
-        request = json.loads(line)
-        answer.write(json.dumps(run(request["command"], request["payload"])) + "\n")
-        answer.flush()
+    try:
+        for line in sys.stdin:
+            request = json.loads(line)
+            answer.write(json.dumps(run(request["command"], request["payload"])) + "\n")
+            answer.flush()
+    finally:  # the caller closed our stdin, or went away: an actor left running holds Ray and Gym's servers
+        if _GYM:
+            run("gym_stop", {})
     return 0
 
 
