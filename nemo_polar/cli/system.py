@@ -28,6 +28,7 @@ def _learn(args: argparse.Namespace) -> int:
         "max_logprob_err",
         "seconds",
         "update_s",
+        "rollouts",
         "serving",
         "post_processing",
         "loss",

@@ -35,6 +35,7 @@ imports NeMo-RL: a checkout's own `uv` venv, its container, or the CPU environme
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import traceback
@@ -423,7 +424,12 @@ def gym_start(payload: dict[str, Any]) -> dict[str, Any]:
         use_fastokens=bool(master.policy["tokenizer"].get("use_fastokens")),
     )
     _GYM.update(actor=actor, tokenizer=tokenizer, recipe=payload["grpo"], env=env, generation=generation)
-    return {"ray": ray.get_runtime_context().gcs_address, "python": sys.executable}
+    host, port = ray.get(actor.__ray_call__.remote(lambda self: (self.node_ip, self.head_server_port)))
+    return {
+        "ray": ray.get_runtime_context().gcs_address,
+        "python": sys.executable,
+        "head_server": f"http://{host}:{port}",
+    }
 
 
 def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
@@ -447,7 +453,8 @@ def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
     # NeMo-RL reads of its generation interface here: the engine's max_model_len) is that config
     generation = {**_GYM["generation"], "stop_token_ids": None, "stop_strings": None}
     batch = BatchedDataDict({"extra_env_info": rows, "loss_multiplier": torch.ones(len(rows))})
-    done = run_nemo_gym_rollout_sync(
+    collect = functools.partial(
+        run_nemo_gym_rollout_sync,
         policy_generation=SimpleNamespace(cfg=generation),
         input_batch=batch,
         tokenizer=_GYM["tokenizer"],
@@ -462,6 +469,7 @@ def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
         thinking_tags=get_nemo_gym_thinking_tags(_GYM["env"]),
         mask_env_flagged_samples=should_mask_flagged_samples(_GYM["env"]),
     )
+    done = _watched(collect, float(payload.get("health_check_s", 5)))
     samples = _entries(done)
     groups = [{"group": g, "samples": samples[g * size : (g + 1) * size]} for g in range(len(samples) // size)]
     answer: dict[str, Any] = {"groups": groups, "errors": [], "chains_refused": [], "metrics": _metrics(done)}
@@ -469,6 +477,35 @@ def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
     answer["train"] = _train_batch(_GYM["recipe"], [done.final_batch], _GYM["tokenizer"], order, [])
     answer["train"]["chains_refused"] = 0
     return answer
+
+
+def _watched(collect: Any, every_s: float) -> Any:
+    """`collect()` in a thread while the actor's own health check (Gym's `RunHelper.poll`, which names a server
+    process that exited) runs every `every_s`: a Gym server that dies mid-step fails the step, saying which, where
+    NeMo-RL's synchronous collection would wait forever (Gym's transport retries a refused connection without end).
+    The collection left behind holds nothing but its thread; the actor is stopped with the run."""
+    import threading
+
+    import ray
+
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["done"] = collect()
+        except BaseException as exc:  # noqa: BLE001 - raised again below, in the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="nemo-rl-rollouts", daemon=True)
+    thread.start()
+    while True:
+        thread.join(every_s)
+        if not thread.is_alive():
+            break
+        ray.get(_GYM["actor"].health_check.remote())
+    if "error" in box:
+        raise box["error"]
+    return box["done"]
 
 
 def gym_stop(payload: dict[str, Any]) -> dict[str, Any]:

@@ -28,11 +28,11 @@ class Stack:
 @pytest.fixture(scope="session")
 def polar_stack(vllm, tmp_path_factory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("polar")
-    rollout, node, proxy = start_stack(tmp, {"url": vllm.url, "engine": "vllm", "timeout_s": 300})
+    stack = Stack(*start_stack(tmp, {"url": vllm.url, "engine": "vllm", "timeout_s": 300}))
     try:
-        yield Stack(rollout, node, proxy)
+        yield stack
     finally:
-        stop_stack(rollout, node, proxy)
+        stop_stack(stack.rollout, stack.node, stack.proxy)  # a test may have restarted the rollout server
 
 
 @pytest.fixture(scope="module", params=GYM_VERSIONS, ids=lambda v: f"gym-{v}")

