@@ -339,13 +339,13 @@ setup_model() {
 }
 
 # A disk that fills half-way fails far from its cause (a pip, npm or uv write): warn before starting.
-# Measured: a set-up from nothing takes about 21 GB (7 of them NeMo-RL's vLLM, built where a checkout is found); a
+# Measured: a set-up from nothing takes about 28 GB (13 of them NeMo-RL's vLLM and Gym actor, built where a checkout is found); a
 # first test run about 4 GB more (Gym's uv cache, temp).
 disk_check() {
   local need=4 free
-  compgen -G "$DEPS/*.stamp" >/dev/null || need=25
+  compgen -G "$DEPS/*.stamp" >/dev/null || need=32
   free=$(df -P -BG "$DEPS" | awk 'NR == 2 { print int($4) }')
-  ((free >= need)) || log "warning: ${free} GB free at $DEPS; a set-up from nothing takes ~21 GB, a first test run ~4 GB more"
+  ((free >= need)) || log "warning: ${free} GB free at $DEPS; a set-up from nothing takes ~28 GB, a first test run ~4 GB more"
 }
 disk_check
 
