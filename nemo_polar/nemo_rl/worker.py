@@ -411,7 +411,8 @@ def gym_start(payload: dict[str, Any]) -> dict[str, Any]:
     for key, value in (payload.get("nemo_gym") or {}).items():
         OmegaConf.update(section, key, value, merge=False)
     env["nemo_gym"] = OmegaConf.to_container(section)
-    ray.init(num_cpus=int(payload.get("num_cpus", 4)), include_dashboard=False, log_to_driver=False)
+    # a Ray of this worker's own ("local"): never one another process on the machine started (ray start, a test's)
+    ray.init(address="local", num_cpus=int(payload.get("num_cpus", 4)), include_dashboard=False, log_to_driver=False)
     tokenizer = get_tokenizer({"name": payload["tokenizer"]})
     generation = master.policy["generation"]
     actor = spinup_nemo_gym_actor(
