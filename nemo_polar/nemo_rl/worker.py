@@ -388,7 +388,7 @@ def _per_rollout(advantages: Any, mask: Any, rows: list[int]) -> Any:
 # --- NeMo-RL's own rollout collection: its Gym actor, started and driven as `grpo_train` does (nemo_rl/algorithms/
 # grpo.py: `spinup_nemo_gym_actor` in its set-up, `run_nemo_gym_rollout_sync` each step).
 
-_GYM: dict[str, Any] = {}  # the actor, the tokenizer it holds, the recipe it runs
+_GYM: dict[str, Any] = {}  # the actor, the tokenizer it holds, the recipe it runs, the env section it got
 
 
 def gym_start(payload: dict[str, Any]) -> dict[str, Any]:
@@ -414,7 +414,6 @@ def gym_start(payload: dict[str, Any]) -> dict[str, Any]:
     # a Ray of this worker's own ("local"): never one another process on the machine started (ray start, a test's)
     ray.init(address="local", num_cpus=int(payload.get("num_cpus", 4)), include_dashboard=False, log_to_driver=False)
     tokenizer = get_tokenizer({"name": payload["tokenizer"]})
-    generation = master.policy["generation"]
     actor = spinup_nemo_gym_actor(
         env_configs=env,
         base_urls=list(payload["base_urls"]),
@@ -424,7 +423,7 @@ def gym_start(payload: dict[str, Any]) -> dict[str, Any]:
         routed_experts_dtype="int16",  # grpo_train's value without router replay
         use_fastokens=bool(master.policy["tokenizer"].get("use_fastokens")),
     )
-    _GYM.update(actor=actor, tokenizer=tokenizer, recipe=payload["grpo"], env=env, generation=generation)
+    _GYM.update(actor=actor, tokenizer=tokenizer, recipe=payload["grpo"], env=env)
     host, port = ray.get(actor.__ray_call__.remote(lambda self: (self.node_ip, self.head_server_port)))
     return {
         "ray": ray.get_runtime_context().gcs_address,
@@ -452,7 +451,7 @@ def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
     rows, size = payload["rows"], int(payload["num_generations"])
     # grpo_train clears the stop criteria configure_generation_config filled in; the generation's `cfg` (what
     # NeMo-RL reads of its generation interface here: the engine's max_model_len) is that config
-    generation = {**_GYM["generation"], "stop_token_ids": None, "stop_strings": None}
+    generation = {**master.policy["generation"], "stop_token_ids": None, "stop_strings": None}
     batch = BatchedDataDict({"extra_env_info": rows, "loss_multiplier": torch.ones(len(rows))})
     collect = functools.partial(
         run_nemo_gym_rollout_sync,
