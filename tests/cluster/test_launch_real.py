@@ -186,6 +186,16 @@ def _sessions(store: Path, where: str = "1") -> dict[str, tuple[str, str | None,
         return {sid: (state, node, result) for sid, state, node, result in rows}
 
 
+def _store_made(store: Path) -> bool:
+    """Whether the rollout server has made its store: the file appears on its first connection, a moment before
+    its tables do."""
+    if not (store / "rollout.sqlite").exists():
+        return False
+    with closing(sqlite3.connect(f"file:{store / 'rollout.sqlite'}?mode=ro", uri=True, timeout=30)) as db:
+        made = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'").fetchone()
+    return made is not None
+
+
 FINAL = "state IN ('completed', 'error', 'timeout', 'cancelled')"
 
 
@@ -221,7 +231,7 @@ def test_a_node_lost_then_scancel_loses_no_result_trains_no_lost_session_and_lea
     running_on_n2 = f"node_id = '{n2}' AND state = 'running'"
     _until(
         "session running on the second node",
-        lambda: (store / "rollout.sqlite").exists() and _sessions(store, running_on_n2),
+        lambda: _store_made(store) and _sessions(store, running_on_n2),
     )
     live = _sessions(store, f"node_id = '{n2}' AND NOT {FINAL}")
     lossy_cluster.lose(n2)
