@@ -23,6 +23,7 @@ from .upstream import Upstream
 
 log = logging.getLogger("nemo_polar.proxy")
 
+WATCH_AFTER_S = 0.05  # how long a relay waits for the upstream before it watches for the harness leaving
 _SSE_RAW_HEADERS = StreamingResponse((), media_type="text/event-stream", headers=SSE_HEADERS).raw_headers
 
 
@@ -121,8 +122,9 @@ class Relay:
 class RelayResponse(Response):
     """The relay as a response: stops it when the harness goes away, and closes it even if it never
     ran. One watcher task does what Starlette's per-response anyio task group would, for less, and
-    only once the relay waits for the upstream: only a relay that waits can be interrupted, and an
-    answer that is all there already goes out without a pause."""
+    only once the relay has waited `WATCH_AFTER_S` for the upstream: only a relay that waits can be
+    interrupted, a harness that leaves is seen that much later at most (a generation it stops takes
+    seconds), and the short calls that end sooner, most of them, pay for a timer instead of a task."""
 
     def __init__(self, relay: Relay):  # the headers are every relay's: built once, above
         self.relay = relay
@@ -146,7 +148,12 @@ class RelayResponse(Response):
             nonlocal watcher
             watcher = asyncio.ensure_future(watch())
 
-        self.relay.response.before_wait = watch_from_now
+        def watch_soon() -> None:
+            nonlocal timer
+            timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, watch_from_now)
+
+        timer: asyncio.TimerHandle | None = None
+        self.relay.response.before_wait = watch_soon
         try:
             start = {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
             await self.relay.stream(send, start)
@@ -156,6 +163,8 @@ class RelayResponse(Response):
             relaying.uncancel()  # the harness left: the relay records that, nothing else to do
         finally:
             # no await since the last send: the watcher, woken by the response completing, never ran
+            if timer is not None:
+                timer.cancel()
             if watcher is not None:
                 watcher.cancel()
             self.relay.close()

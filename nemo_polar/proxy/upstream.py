@@ -119,7 +119,7 @@ class Upstream:
                 end = pending.rfind(b"\n") + 1
                 if not end:
                     continue
-                batch, done = _parse(pending[:end].split(b"\n"))
+                batch, done = _parse_block(pending[:end])
                 del pending[:end]
                 if done:
                     response.finished_reading()
@@ -142,6 +142,29 @@ def _failure(exc: OSError) -> UpstreamError:
 
 
 _JSON = {"Content-Type": "application/json"}
+
+
+def _parse_block(block: bytearray) -> tuple[list[dict[str, Any]], bool]:
+    """`_parse` of a block of whole lines. An inference server's stream is nothing but `data: ` events of one
+    line each, and then the payloads are the block with each event's framing turned into a comma (a JSON value
+    holds no raw newline): one replace instead of a walk over the lines, which cost as much as the parse."""
+    if block.startswith(b"data: ") and block.endswith(b"\n\n"):
+        payloads = block[6:-2].replace(b"\n\ndata: ", b",")
+        if b"\n" not in payloads:  # every newline was an event's end: nothing but one-line `data: ` events
+            events = (len(block) - 8 - len(payloads)) // 7 + 1  # each framing replaced is 7 bytes shorter
+            done = payloads.endswith(b"[DONE]") and (events == 1 or payloads.endswith(b",[DONE]"))
+            if done:
+                events -= 1
+                del payloads[-7 if events else -6 :]
+            if not events:
+                return [], done
+            try:
+                chunks = orjson.loads(b"[" + payloads + b"]")
+                if len(chunks) == events:  # else a payload held a comma-separated list: not one chunk
+                    return chunks, done
+            except orjson.JSONDecodeError:
+                pass  # the walk names the event that is not JSON
+    return _parse(block.split(b"\n"))
 
 
 def _parse(lines: list[bytearray]) -> tuple[list[dict[str, Any]], bool]:
