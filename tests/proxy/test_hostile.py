@@ -4,12 +4,15 @@ in the caller's dialect, a record saying what happened, or a redaction, and the 
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import httpx
 import orjson
 import pytest
 
+from nemo_polar.control import json_depth
+from nemo_polar.proxy.pipeline import gone
 from nemo_polar.records import CompletionRecord, UpstreamInfo
 from nemo_polar.store import SqliteStore
 from tests.conftest import make_proxy, records
@@ -140,7 +143,6 @@ def test_a_failing_commit_is_reported_and_tried_again(tmp_path, monkeypatch):
 
 
 def test_a_durable_record_the_loop_cannot_commit_goes_to_the_writer_and_is_not_lost(tmp_path):
-    import asyncio
 
     store = SqliteStore(tmp_path / "r.sqlite")
     blocker = sqlite3.connect(tmp_path / "r.sqlite", isolation_level=None)
@@ -239,3 +241,33 @@ def test_an_old_store_with_plaintext_keys_is_migrated_to_hashes(fake_upstream, t
         (recorded,) = records(proxy, "old")
         assert recorded.status == "ok"
     assert key.encode() not in path.read_bytes()
+
+
+def test_a_short_body_at_the_depth_limit_is_read_and_one_level_deeper_is_a_400(proxy, session):
+    """Short bodies are bounded by their count of brackets rather than walked: the limit stays exact."""
+    limit = 100  # limits.max_depth's default
+    at = next(
+        raw(chat(unknown="DEEP"), nested(n))
+        for n in range(200)
+        if json_depth(orjson.loads(raw(chat(unknown="DEEP"), nested(n))), 999) == limit
+    )
+    deeper = at.replace(b"[1]", b"[[1]]")
+    assert len(deeper) < 4096 and json_depth(orjson.loads(deeper), 999) == limit + 1
+    headers = {"authorization": f"Bearer {session['api_key']}"}
+    assert httpx.post(proxy.url + "/v1/chat/completions", content=at, headers=headers).status_code == 200
+    refused = httpx.post(proxy.url + "/v1/chat/completions", content=deeper, headers=headers)
+    assert refused.status_code == 400 and "deeper" in refused.json()["error"]["message"]
+
+
+def test_whether_the_client_left_is_asked_of_any_asgi_server_without_waiting():
+    async def left() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def waiting() -> dict:
+        await asyncio.Event().wait()
+        return {"type": "http.request"}
+
+    async def main() -> tuple[bool, bool]:
+        return gone(left), gone(waiting)
+
+    assert asyncio.run(main()) == (True, False)
