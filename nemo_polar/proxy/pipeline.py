@@ -134,7 +134,7 @@ class CallPipeline:
         parsed = self.sessions.history.parse(session.id, dialect, raw)
         limit = self.limits.max_depth
         # a body can nest no deeper than it has brackets: a short one is counted rather than walked
-        counted = len(raw) <= _COUNT_DEPTH_BELOW and raw.count(b"{") + raw.count(b"[") <= limit
+        counted = len(raw) < _COUNT_DEPTH_BELOW and raw.count(b"{") + raw.count(b"[") <= limit
         if not counted and json_depth(parsed.fresh, limit) > limit:
             raise RequestInvalid(f"request body nests deeper than {limit} levels")
         params = dict(request.path_params) | {"path": request.scope["path"]}

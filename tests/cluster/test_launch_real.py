@@ -177,10 +177,15 @@ def test_polar_learn_as_the_driver_trains_on_rollouts_from_both_nodes(slurm_clus
           f"polar learn {learn['seconds']} s, launch to job end {job['seconds']} s")  # fmt: skip
 
 
+def _read_only(store: Path) -> closing[sqlite3.Connection]:
+    """The rollout store, read-only while the job writes it."""
+    return closing(sqlite3.connect(f"file:{store / 'rollout.sqlite'}?mode=ro", uri=True, timeout=30))
+
+
 def _sessions(store: Path, where: str = "1") -> dict[str, tuple[str, str | None, str | None]]:
     """The rollout store's sessions (id -> state, node, result) matching `where`, read-only while the job writes;
     the store's own integrity check made first."""
-    with closing(sqlite3.connect(f"file:{store / 'rollout.sqlite'}?mode=ro", uri=True, timeout=30)) as db:
+    with _read_only(store) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         rows = db.execute(f"SELECT id, state, node_id, result FROM sessions WHERE {where}")  # noqa: S608 (ours)
         return {sid: (state, node, result) for sid, state, node, result in rows}
@@ -191,7 +196,7 @@ def _store_made(store: Path) -> bool:
     its tables do."""
     if not (store / "rollout.sqlite").exists():
         return False
-    with closing(sqlite3.connect(f"file:{store / 'rollout.sqlite'}?mode=ro", uri=True, timeout=30)) as db:
+    with _read_only(store) as db:
         made = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sessions'").fetchone()
     return made is not None
 

@@ -143,7 +143,6 @@ def test_a_failing_commit_is_reported_and_tried_again(tmp_path, monkeypatch):
 
 
 def test_a_durable_record_the_loop_cannot_commit_goes_to_the_writer_and_is_not_lost(tmp_path):
-
     store = SqliteStore(tmp_path / "r.sqlite")
     blocker = sqlite3.connect(tmp_path / "r.sqlite", isolation_level=None)
     blocker.execute("BEGIN EXCLUSIVE")
