@@ -193,3 +193,55 @@ class Delta:
     text: str = ""
     reasoning: str = ""
     tool_call: ToolCallDelta | None = None
+
+
+def merged(deltas: list[Delta]) -> list[Delta]:
+    """Each run of pieces that continue one another (text, reasoning, one tool call's arguments) as one
+    piece: what one read of the upstream brought reaches the harness as one event of each kind, not one
+    per token (an inference server's `stream_interval` does the same). A slow upstream's read holds one
+    token, and nothing changes; a busy one's holds many, and the harness parses fewer events. The pieces
+    are the caller's: the first of each run is extended in place."""
+    if len(deltas) < 2:
+        return deltas
+    out = [deltas[0]]
+    run = [_piece(deltas[0])]
+    for d in deltas[1:]:
+        if _continues(out[-1], d):
+            run.append(_piece(d))
+            continue
+        if len(run) > 1:
+            _extend(out[-1], run)
+        out.append(d)
+        run = [_piece(d)]
+    if len(run) > 1:
+        _extend(out[-1], run)
+    return out
+
+
+def _continues(first: Delta, d: Delta) -> bool:
+    t = d.tool_call
+    return _kind(d) == _kind(first) and (t is None or t.id is None and t.name is None)  # a call's start starts a run
+
+
+def _kind(d: Delta) -> object:
+    """What a piece is a piece of; a mixed piece is a kind of its own."""
+    t = d.tool_call
+    if t is not None:
+        return object() if d.text or d.reasoning else t.index
+    if d.text and d.reasoning:
+        return object()
+    return "text" if d.text else "reasoning"
+
+
+def _piece(d: Delta) -> str:
+    return d.tool_call.arguments if d.tool_call is not None else d.text or d.reasoning
+
+
+def _extend(d: Delta, run: list[str]) -> None:
+    joined = "".join(run)
+    if d.tool_call is not None:
+        d.tool_call.arguments = joined
+    elif d.text:
+        d.text = joined
+    else:
+        d.reasoning = joined

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,3 +141,9 @@ def session(proxy) -> dict:
 def records(proxy: ProxyThread, session_id: str):
     proxy.proxy.store.flush()
     return proxy.proxy.store.records(session_id)
+
+
+def squeezed(kinds: list[Any]) -> list[Any]:
+    """A stream's event types with each run of one type as one: how many deltas a stream's tokens
+    become depends on how many each read of the upstream brought (`chat.merged`)."""
+    return [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]

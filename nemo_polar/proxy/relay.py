@@ -61,9 +61,8 @@ class Relay:
         committed: asyncio.Future[None] | None = None
         try:
             async for batch, done in self.chunks:
-                for chunk in batch:
-                    for delta in assembler.feed(chunk):
-                        out += renderer.delta(delta)
+                for delta in assembler.feed_all(batch):  # a read's pieces as one event of each kind
+                    out += renderer.delta(delta)
                 if out and call.first_token_at is None:
                     call.first_token_at = time.time()
                 if done:

@@ -14,7 +14,7 @@ from nemo_polar.bench.fake_upstream import FakeUpstream, FakeUpstreamThread
 from nemo_polar.chat import ChatRequest, Completion, Delta, ToolCall, ToolCallDelta
 from nemo_polar.errors import BodyTooLarge, ContextOverflow, Paused, UnknownRoute, UpstreamError, UpstreamTimeout
 from nemo_polar.proxy.dialects.anthropic import RAW_ARGUMENTS, Anthropic, signature
-from tests.conftest import make_proxy, records
+from tests.conftest import make_proxy, records, squeezed
 
 BASH = {
     "name": "bash",
@@ -58,7 +58,11 @@ def test_streaming_sends_the_exact_event_sequence(proxy, session):
         )
     )
     kinds = [e.type for e in events]
-    assert kinds == ["message_start", "content_block_start"] + ["content_block_delta"] * 4 + [
+    # the tokens one read of the upstream brought are one delta (`chat.merged`): one or more deltas
+    assert squeezed(kinds) == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
         "content_block_stop",
         "message_delta",
         "message_stop",
@@ -168,9 +172,8 @@ def test_thinking_round_trip(thinking_proxy, stream):
                 (e.type, getattr(e, "delta", None) and e.delta.type) for e in st if e.type.startswith("content_block")
             ]
             out = st.get_final_message()
-        assert kinds[:4] == [
+        assert squeezed(kinds)[:3] == [  # one thinking delta per read of the upstream, then its signature
             ("content_block_start", None),
-            ("content_block_delta", "thinking_delta"),
             ("content_block_delta", "thinking_delta"),
             ("content_block_delta", "signature_delta"),
         ]

@@ -85,7 +85,7 @@ def test_streaming_relays_every_token_then_finish_and_usage(proxy, session, api_
         )
     )
     assert "".join(c.text or "" for c in chunks) == "w0 w1 w2 w3"
-    assert len(chunks) == 5  # one chunk per token, then the closing one
+    assert 2 <= len(chunks) <= 5  # the tokens of each read of the upstream as one chunk, then the closing one
     assert all(c.candidates[0].finish_reason is None for c in chunks[:-1])
     assert chunks[-1].candidates[0].finish_reason == types.FinishReason.MAX_TOKENS
     assert chunks[-1].usage_metadata.candidates_token_count == 4

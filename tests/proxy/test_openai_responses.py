@@ -16,7 +16,7 @@ from nemo_polar.bench.fake_upstream import FakeUpstream, FakeUpstreamThread
 from nemo_polar.errors import RequestInvalid
 from nemo_polar.proxy.dialects.openai_responses import OpenAIResponses
 from nemo_polar.proxy.dialects.openai_responses_output import encode_reasoning
-from tests.conftest import make_proxy, records
+from tests.conftest import make_proxy, records, squeezed
 
 TOOLS = [
     {
@@ -132,12 +132,12 @@ def test_non_streaming_text_is_answered_and_recorded(proxy, session):
 def test_streaming_text_emits_the_exact_event_sequence(proxy, session):
     events = list(client(proxy, session).responses.create(model="m", input="hi", max_output_tokens=4, stream=True))
     types = [e.type for e in events]
-    assert types == [
+    assert squeezed(types) == [  # the tokens one read of the upstream brought are one delta: one or more
         "response.created",
         "response.in_progress",
         "response.output_item.added",
         "response.content_part.added",
-        *["response.output_text.delta"] * 4,
+        "response.output_text.delta",
         "response.output_text.done",
         "response.content_part.done",
         "response.output_item.done",
@@ -226,19 +226,18 @@ def test_reasoning_streams_as_a_summary_and_replays_exactly(thinking):
     with c.responses.stream(model="m", input="hi", reasoning={"effort": "high", "summary": "auto"}) as s:
         events = list(s)
         out = s.get_final_response()
-    types = [e.type for e in events]
-    assert types[:9] == [
+    types = squeezed([e.type for e in events])
+    assert types[:8] == [
         "response.created",
         "response.in_progress",
         "response.output_item.added",
         "response.reasoning_summary_part.added",
         "response.reasoning_summary_text.delta",
-        "response.reasoning_summary_text.delta",
         "response.reasoning_summary_text.done",
         "response.reasoning_summary_part.done",
         "response.output_item.done",
     ]
-    assert types[9:12] == ["response.output_item.added", "response.content_part.added", "response.output_text.delta"]
+    assert types[8:11] == ["response.output_item.added", "response.content_part.added", "response.output_text.delta"]
     assert types[-1] == "response.completed"
     reasoning, message = out.output
     assert [e.output_index for e in events if e.type == "response.output_item.added"] == [0, 1]

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage, same_prefix
+from ...chat import ChatRequest, Completion, Delta, Message, ToolCall, ToolCallDelta, Usage, merged, same_prefix
 from ...errors import InvalidUpstream, UpstreamError
 from ...session_cache import kept_json
 from ..splice import SpliceIndex
@@ -192,6 +192,39 @@ class StreamAssembler:
             self.c.prompt_token_ids = list(chunk["prompt_token_ids"])
         return []
 
+    def feed_all(self, chunks: list[dict[str, Any]]) -> list[Delta]:
+        """The chunks of one read -> the deltas to relay, each run of pieces of one kind as one
+        (`chat.merged`). Most chunks are one token of text and nothing else: their text is gathered
+        here into one delta, without a delta each (the rest go through `feed`)."""
+        deltas: list[Delta] = []
+        run: list[str] = []  # the text of the token chunks since the last delta
+        for chunk in chunks:
+            choices = chunk.get("choices")
+            if choices and self.identified and not chunk.get("usage") and "metadata" not in chunk:
+                choice = choices[0]
+                msg = choice.get("delta")
+                if msg and len(msg) == 1 and not choice.get("finish_reason"):
+                    content = msg.get("content")
+                    if content:
+                        self._tokens(choice)
+                        self.text.append(content)
+                        run.append(content)
+                        continue
+            if run:
+                deltas.append(Delta(text="".join(run)))
+                run = []
+            deltas += self.feed(chunk)
+        if run:
+            deltas.append(Delta(text="".join(run)))
+        return merged(deltas)
+
+    def _tokens(self, choice: dict[str, Any]) -> None:
+        tokens = self.backend.completion_tokens(choice)
+        if tokens is not None:
+            self.tokens_seen = True
+            self.c.completion_token_ids += tokens[0]
+            self.c.completion_logprobs += tokens[1]
+
     def feed_choice(self, body: dict[str, Any], choice: dict[str, Any], msg: dict[str, Any]) -> list[Delta]:
         c = self.c
         if not self.identified:  # the answer's id, model and prompt come with its first chunk(s)
@@ -203,11 +236,7 @@ class StreamAssembler:
         if c.policy_version is None and "metadata" in body:  # SGLang: {"metadata": {"weight_version": ...}}
             version = (body["metadata"] or {}).get("weight_version")
             c.policy_version = None if version is None else str(version)
-        tokens = self.backend.completion_tokens(choice)
-        if tokens is not None:
-            self.tokens_seen = True
-            c.completion_token_ids += tokens[0]
-            c.completion_logprobs += tokens[1]
+        self._tokens(choice)
         finish = choice.get("finish_reason")
         if finish:
             self.finish = finish
