@@ -3,6 +3,7 @@
 It speaks Chat Completions the way vLLM, SGLang or NeMo-RL's server do, token fields included,
 and misbehaves on request: a user message containing `[fault:NAME]` triggers
   http500 | http400_overflow | reset | timeout | cut | no_token_ids | tool_call | slow | echo (the last message)
+  | one_write (a stream's events all in one write, as a busy server's queue up)
 Tokens are numbered words ("w0 w1 ..."), one per token; `token_delay_s` spaces streamed tokens.
 
 `history=True` plays a long agent session's server (`polar bench long`): the prompt ids cover the whole
@@ -253,8 +254,14 @@ class FakeUpstream:
             "model": body.get("model"),
         }
 
+        held: list[bytes] | None = [] if fault == "one_write" else None
+
         async def send(obj: dict[str, Any]) -> None:
-            await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
+            event = b"data: " + orjson.dumps(obj) + b"\n\n"
+            if held is None:
+                await resp.write(event)
+            else:
+                held.append(event)
 
         first = dict(base, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""}}])
         if fault != "no_token_ids":
@@ -296,7 +303,7 @@ class FakeUpstream:
         await send(
             dict(base, choices=[], usage={"prompt_tokens": len(_prompt_ids(body)), "completion_tokens": len(ids)})
         )
-        await resp.write(b"data: [DONE]\n\n")
+        await resp.write(b"".join(held or ()) + b"data: [DONE]\n\n")
         return resp
 
 

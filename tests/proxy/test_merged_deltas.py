@@ -3,24 +3,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import itertools
 import random
-import threading
-from collections.abc import Iterator
 
 import httpx
 import orjson
 import pytest
-from aiohttp import web
 
+from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.chat import Delta, ToolCallDelta, merged
 from tests.conftest import make_proxy, records
 
 from .dialect_cases import CASES, IDS
 
-TOKENS = 32
+TOKENS = 8  # every dialect's case asks for 8
 
 
 def _random_deltas(rng: random.Random) -> list[Delta]:
@@ -84,49 +81,9 @@ def test_merged_keeps_every_piece_in_order_and_leaves_no_run_apart():
 
 
 # --- through the proxy: an upstream whose whole answer comes in one write ------------------------
-def _answer() -> bytes:
-    base = {"id": "one-write", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-    chunks = [
-        base
-        | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [1, 2, 3]}
-    ]
-    for i in range(TOKENS):
-        choice = {"index": 0, "delta": {"content": f"{' ' if i else ''}t{i}"}, "token_ids": [100 + i]}
-        chunks.append(base | {"choices": [choice | {"logprobs": {"content": [{"logprob": -i / 100}]}}]})
-    chunks.append(base | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    chunks.append(base | {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": TOKENS}})
-    return b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
-
-
 @pytest.fixture(scope="module")
-def one_write_upstream() -> Iterator[str]:
-    body = _answer()
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
-        await resp.write(body)  # every event in one write: the proxy reads them together
-        return resp
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}"
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(5)
-    loop.run_until_complete(runner.cleanup())
-
-
-@pytest.fixture(scope="module")
-def one_write_proxy(one_write_upstream, tmp_path_factory):
-    with make_proxy(one_write_upstream, tmp_path_factory.mktemp("one-write"), upstream={"model": "m"}) as p:
+def one_write_proxy(tmp_path_factory):
+    with FakeUpstreamThread() as up, make_proxy(up.url, tmp_path_factory.mktemp("one-write")) as p:
         yield p
 
 
@@ -135,16 +92,16 @@ def test_a_reads_tokens_reach_the_harness_as_one_event(case, one_write_proxy):
     session = one_write_proxy.proxy.sessions.open()
     r = httpx.post(
         one_write_proxy.url + case.path(True),
-        json=case.body("hi", True),
+        json=case.body("[fault:one_write] hi", True),
         headers=case.headers(session.api_key),
         timeout=10,
     )
     assert r.status_code == 200
-    events = [e for e in r.content.split(b"\n\n") if e.strip()]
-    text = " ".join(f"t{i}" for i in range(TOKENS))
-    assert len(events) < TOKENS, f"{len(events)} events for {TOKENS} tokens read at once"
-    assert orjson.dumps(text)[1:-1] in r.content  # the whole text in one piece
     (rec,) = records(one_write_proxy, session.id)
-    assert rec.status == "ok" and rec.message["content"] == text
-    assert rec.completion_token_ids == [100 + i for i in range(TOKENS)]
-    assert rec.completion_logprobs == [-i / 100 for i in range(TOKENS)]
+    assert rec.status == "ok" and rec.message["content"] == " ".join(f"w{i}" for i in range(TOKENS))
+    assert rec.completion_token_ids == [1000 + i for i in range(TOKENS)]
+    assert rec.completion_logprobs == [-0.25 - i / 100 for i in range(TOKENS)]
+    events = [e for e in r.content.split(b"\n\n") if e.strip()]
+    # one token alone would be an event holding w3 without w4: every event holds both or neither
+    assert all((b"w3" in e) == (b"w4" in e) for e in events), events
+    assert orjson.dumps(rec.message["content"])[1:-1] in r.content  # the whole text in one piece
