@@ -339,6 +339,7 @@ async def _step(
         "logprob_err": policy.logprob_error(batch),
         "samples": len(batch),
         "left_out": len(left_out),
+        "left_out_because": dict(Counter(reason[:200] for reason in left_out)),
         # the policy versions recorded on the calls made since the step began (a step runs between two updates)
         "policy_versions": sorted({str(r.upstream.policy_version) for r in records() if r.started_at >= since}),
         "sessions_by_node": dict(Counter(str(s["node_id"]) for _, t in tasks for s in t["sessions"])),
