@@ -81,16 +81,24 @@ class Commands:
 
 
 def by_result(answer: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it (`answer`: the
-    worker's groups and errors, and the `num_generations` they were grouped by)."""
+    """One entry per result, in order: the sample, or `{"error": ...}` where NeMo-RL refused it or its group
+    (`answer`: the worker's groups and errors, and the `num_generations` they were grouped by)."""
     num_generations = answer["num_generations"]
-    out: list[dict[str, Any]] = [{} for _ in range(count)]
+    out: list[dict[str, Any] | None] = [None] * count
     for group in answer["groups"]:
         for i, sample in enumerate(group["samples"]):
             out[group["group"] * num_generations + i] = sample
-    for error in answer["errors"]:
-        out[error["row"]] = {"error": error["message"]}
-    return out
+    refused = {error["row"]: error["message"] for error in answer["errors"]}
+
+    def lost(row: int) -> dict[str, Any]:
+        """NeMo-RL post-processes a group once all its rows converted: a refused row takes its group with it."""
+        if row in refused:
+            return {"error": refused[row]}
+        first = row - row % num_generations
+        why = [f"rollout {r} was refused" for r in range(first, first + num_generations) if r in refused]
+        return {"error": f"its group was not post-processed: {', '.join(why) or 'no answer for it'}"}
+
+    return [lost(row) if row in refused or sample is None else sample for row, sample in enumerate(out)]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 
+from nemo_polar.learn.data import gym_results, training_samples
 from nemo_polar.learn.data import samples as to_samples
 from nemo_polar.learn.policy import Policy, Sample
 from nemo_polar.local.vllm_server import ROOT, TINY_MODEL
@@ -133,3 +134,18 @@ def test_the_recipes_clip_holds_positive_advantages_at_1_28(tmp_path, policy, ba
             and bool(torch.all(grad[adv > 0] == 0)) is not positive_moves
         )
         assert answer["metrics"]["probs_ratio_clamped_max"] == pytest.approx(min(math.exp(-shift), 1.28), abs=1e-4)
+
+
+def test_a_rollout_nemo_rl_refuses_leaves_its_group_out_saying_why(tmp_path, policy):
+    """NeMo-RL post-processes a group once all its rows converted: one rollout it refuses (a second call whose
+    prompt does not extend the first's, a history rewritten) leaves its whole group out of the step, each of the
+    others saying why, and the other groups train."""
+    rows, results = gym_results(_tasks(tmp_path, policy))
+    output = results[1]["response"]["output"]
+    first = output[0]
+    output.append(first | {"id": "msg_r2", "prompt_token_ids": [999, *first["prompt_token_ids"]]})
+    judged = nemo_rl_served().postprocess(rows, results, 4, TINY_MODEL)
+    samples, left_out = training_samples(judged, 4)
+    assert [s.group for s in samples] == [1] * 4 + [2] * 4
+    assert "Non-contiguous messages found" in left_out[1]
+    assert left_out[:1] + left_out[2:] == ["its group was not post-processed: rollout 1 was refused"] * 3
