@@ -55,6 +55,10 @@ class LearnConfig(Strict):
         description="the sessions' sandbox (runtime=docker runtime.image=...); its working copy is examples/ unless "
         "it names a repo",
     )
+    agent_timeout_s: float = Field(
+        120, gt=0, description="each session's agent budget: past it the session is left out of the step, not scored"
+    )
+    session_timeout_s: float = Field(300, gt=0, description="each session's whole budget, set-up to reward")
     model: str = str(TINY_MODEL)
     capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
     serving: Literal["vllm", "nemo_rl"] = Field(

@@ -212,8 +212,8 @@ def _tasks(cfg: LearnConfig, step: int, vllm: VLLMServer) -> list[TaskSpec]:
             evaluator=EvaluatorSpec(kind="answer", config={"pattern": cfg.pattern}),
             num_samples=cfg.samples,
             max_output_tokens=cfg.max_tokens,
-            session_timeout_s=120,
-            agent_timeout_s=60,
+            session_timeout_s=cfg.session_timeout_s,
+            agent_timeout_s=cfg.agent_timeout_s,
             **upstream,
         )
         for i, prompt in enumerate(PROMPTS[: cfg.prompts])
