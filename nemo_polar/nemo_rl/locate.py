@@ -89,16 +89,16 @@ def by_result(answer: dict[str, Any], count: int) -> list[dict[str, Any]]:
         for i, sample in enumerate(group["samples"]):
             out[group["group"] * num_generations + i] = sample
     refused = {error["row"]: error["message"] for error in answer["errors"]}
+    for row, message in refused.items():
+        out[row] = {"error": message}
 
-    def lost(row: int) -> dict[str, Any]:
+    def group_lost(row: int) -> dict[str, Any]:
         """NeMo-RL post-processes a group once all its rows converted: a refused row takes its group with it."""
-        if row in refused:
-            return {"error": refused[row]}
         first = row - row % num_generations
         why = [f"rollout {r} was refused" for r in range(first, first + num_generations) if r in refused]
         return {"error": f"its group was not post-processed: {', '.join(why) or 'no answer for it'}"}
 
-    return [lost(row) if row in refused or sample is None else sample for row, sample in enumerate(out)]
+    return [group_lost(row) if sample is None else sample for row, sample in enumerate(out)]
 
 
 @dataclass(frozen=True)
