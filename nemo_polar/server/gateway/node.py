@@ -140,8 +140,18 @@ class GatewayNode:
         return self.pipeline.metrics().model_copy(update={"recording": self.proxy.recording})
 
     def _report(self, session_id: str, state: SessionState, cause: str | None) -> None:
-        if state is not SessionState.REGISTERED and not state.terminal:  # a final state travels with its result
+        if state.terminal:  # a final state travels with its result
+            self._ended(session_id)
+        elif state is not SessionState.REGISTERED:
             self._spawn(self.rollout.report_state(session_id, state, self.config.node_id, STATE_REPORT))
+
+    def _ended(self, session_id: str) -> None:
+        """A session POST-RUN began for always gets a result. `_deliver` takes the job when POST-RUN delivers
+        one; a job still here had a POST-RUN that raised or ran out of time, and the server gets why (masked)
+        now instead of waiting out session_timeout_s. One that never started is the server's to re-queue."""
+        job = self.jobs.pop(session_id, None)
+        if job is not None and job.started:
+            self._spawn(self._deliver(self.stages.undelivered(job)))
 
     async def _deliver(self, result: SessionResult) -> None:
         await self.outbox.keep(result)

@@ -303,6 +303,7 @@ class Pipeline(Generic[D]):
             await asyncio.wait({task})
             self._fail(s, S.TIMEOUT, "timeout:session:postrun")
         elif not task.cancelled() and task.exception() is not None:
+            log.warning("POST-RUN of %s failed", s.session_id, exc_info=task.exception())
             self._fail(s, S.ERROR, "error:postrun", task.exception())
 
     async def _settle_prewarm(self, s: Job[D]) -> None:

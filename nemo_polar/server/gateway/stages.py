@@ -6,7 +6,8 @@ RUN: the harness, unchanged, inside the sandbox, bounded by the agent budget.
 POST-RUN: the proxy session is closed (its key refused from then on), its records become traces,
 the evaluator gives the reward (for a session in an image: in a fresh sandbox of the same image, started
 next to RUN with its `eval_prepare` steps), the sandboxes go. Whatever happened, POST-RUN produces a
-`SessionResult`; `on_result` delivers it.
+`SessionResult`; `on_result` delivers it. A POST-RUN that raises or runs out of time delivers none: the node
+sends `undelivered` instead.
 
 A session's state between the stages is its `Work` (the pipeline job's `data`): typed fields,
 among them the one link from the rollout session to its proxy session (`proxy_session`).
@@ -242,6 +243,20 @@ class HarnessStages:
         except Exception as exc:
             log.warning("evaluation failed for %s", job.session_id, exc_info=True)
             return Evaluation.infra(f"{type(exc).__name__}: {exc}")
+
+    def undelivered(self, job: Job[Work]) -> SessionResult:
+        """The result of a session whose POST-RUN delivered none (it raised, or ran out of time): masked, with why."""
+        why = f"{job.cause} ({job.error})" if job.error else job.cause
+        return SessionResult(
+            session_id=job.session_id,
+            task_id=job.data.request.task.task_id or "",
+            status=job.outcome or SessionState.ERROR,
+            masked=True,
+            proxy_session_id=job.data.proxy_session.id if job.data.proxy_session is not None else None,
+            timing=job.timing.model_copy(),
+            node_id=self.node_id,
+            error=f"no result from POST-RUN: {why or 'it ended without one'}",
+        )
 
     def _result(self, job: Job[Work], evaluation: Evaluation | None) -> SessionResult:
         work = job.data

@@ -463,7 +463,8 @@ class RolloutService:
         """The backstop for a node that is alive but never reports a session: timeout, masked."""
         ended = []
         for s in self.store.overdue(time.time(), self.config.timeout_grace_s):
-            outcome = self.store.fail(s.id, "no result within session_timeout_s", SessionState.TIMEOUT)
+            why = f"no result within session_timeout_s (its node last reported it {s.state.value})"
+            outcome = self.store.fail(s.id, why, SessionState.TIMEOUT)
             if outcome.duplicate:
                 continue
             ended.append(outcome.session)

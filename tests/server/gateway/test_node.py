@@ -127,3 +127,52 @@ def test_heartbeats_outlive_an_unexpected_failure(fake_upstream, tmp_path, monke
                 time.sleep(0.2)
         proxy.store.close()
     assert len(failures) == 3 and len(set(seen)) >= 3  # it failed three times and kept beating after
+
+
+def test_a_post_run_that_fails_still_sends_the_server_a_result_saying_why(fake_upstream, tmp_path, monkeypatch):
+    """POST-RUN is where a session's result is made; when it raises, the server gets the session masked with the
+    error at once, not after waiting out its session timeout, and the node keeps nothing of it."""
+    with RolloutThread(RolloutConfig(port=0, store={"path": str(tmp_path / "rollout.sqlite")})) as rollout:
+        port = free_port()
+        proxy = Proxy(ProxyConfig.model_validate({"port": port, "store": {"path": str(tmp_path / "r.sqlite")}}))
+        node = GatewayNode(
+            NodeConfig(
+                node_id="n1",
+                rollout_url=rollout.url,
+                public_url=f"http://127.0.0.1:{port}",
+                root=str(tmp_path / "node"),
+                heartbeat_s=0.2,
+            ),
+            proxy,
+        )
+        result = node.stages._result
+
+        def broken(job, evaluation):
+            if job.data.request.sample_index == 0:
+                raise ValueError("a bug in building traces")
+            return result(job, evaluation)
+
+        monkeypatch.setattr(node.stages, "_result", broken)
+        task = {
+            "task_id": "t",
+            "instruction": "w",
+            "num_samples": 2,
+            "harness": {"name": "shell", "command": "true"},
+            "session_timeout_s": 600,
+        }
+        with NodeThread(node, "127.0.0.1", port):
+            assert httpx.post(rollout.url + "/tasks", json=task).status_code == 201
+            t0, body = time.monotonic(), {}
+            while time.monotonic() - t0 < 60 and body.get("status") != "completed":
+                body = httpx.get(rollout.url + "/tasks/t").json()
+                time.sleep(0.2)
+            waited = time.monotonic() - t0
+            left = dict(node.jobs)
+        proxy.store.close()
+    by_sample = {s["sample_index"]: s for s in body["sessions"]}
+    assert body["status"] == "completed" and waited < 60, body
+    assert by_sample[1]["state"] == "completed" and not by_sample[1]["result"]["masked"]
+    lost = by_sample[0]["result"]
+    assert by_sample[0]["state"] == "error" and lost["masked"] and lost["node_id"] == "n1"
+    assert lost["error"] == "no result from POST-RUN: error:postrun (ValueError: a bug in building traces)", lost
+    assert left == {}

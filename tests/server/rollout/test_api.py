@@ -386,6 +386,7 @@ def test_silent_session_times_out(tmp_path):
             time.sleep(0.05)
         (s,) = c.get("/tasks/slow").json()["sessions"]
         assert s["state"] == "timeout" and s["result"]["masked"] is True
+        assert s["result"]["error"] == "no result within session_timeout_s (its node last reported it initializing)"
 
 
 def test_cancel_and_early_stop_stop_the_sessions_on_their_node(client):
