@@ -27,11 +27,12 @@ import contextlib
 import functools
 import glob
 import json
+import logging
 import re
 import shutil
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from statistics import fmean
@@ -82,7 +83,10 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
         try:
             # a launch's nodes are up already, their proxies configured with SAMPLING and FIRST_VERSION
             remote = nullcontext((cfg.rollout_url, functools.partial(_node_records, cfg.node_records)))
-            with _system(cfg, vllm, run_dir) if cfg.rollout_url is None else remote as (rollout_url, records):
+            with (
+                _warnings_to(run_dir / "polar.log"),
+                _system(cfg, vllm, run_dir) if cfg.rollout_url is None else remote as (rollout_url, records),
+            ):
                 summary = asyncio.run(_steps(cfg, vllm, rollout_url, records, nemo_rl, console, run_dir))
         finally:
             vllm.stop()
@@ -91,6 +95,21 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     _plot(summary, run_dir / "reward.png")
     summary["run_dir"] = str(run_dir)
     return summary
+
+
+@contextlib.contextmanager
+def _warnings_to(path: Path) -> Iterator[None]:
+    """The run's warnings (a session's node or rollout server, the loop's) kept in its folder, beside vllm.log."""
+    handler = logging.FileHandler(path)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger("nemo_polar")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 class _NemoRLParts:

@@ -43,7 +43,22 @@ def test_the_reward_rises(run):
 def test_vllm_serves_the_weights_torch_trained(run):
     assert run["max_logprob_err"] <= 1e-4
     kept = [(h["samples"], h["left_out_because"]) for h in run["history"]]
-    assert kept == [(6 * 8, {})] * STEPS, kept
+    assert kept == [(6 * 8, {})] * STEPS, (kept, left_out(Path(run["run_dir"])))
+
+
+def left_out(folder: Path) -> dict:
+    """Where the sessions that did not complete went, and the run's warnings: what a failure needs to be read."""
+    with closing(sqlite3.connect(folder / "rollout.sqlite")) as db:
+        ids = [r[0] for r in db.execute("SELECT id FROM sessions WHERE state != 'completed'")]
+        moves = {
+            i: db.execute("SELECT * FROM transitions WHERE session_id=? ORDER BY rowid", (i,)).fetchall() for i in ids
+        }
+    logs = {
+        p.relative_to(folder).as_posix(): p.read_text()[-2000:]
+        for i in ids
+        for p in (folder / "node" / "logs" / i).glob("*")
+    }
+    return {"sessions": moves, "harness logs": logs, "polar.log": (folder / "polar.log").read_text()[-8000:]}
 
 
 def test_every_call_after_a_reload_carries_the_new_policy_version(run):
