@@ -115,6 +115,7 @@ class Pipeline(Generic[D]):
         *,
         on_transition: Transition | None = None,
         postrun_grace_s: float = 60.0,
+        stop_grace_s: float = 30.0,
     ) -> None:
         if min(init_workers, run_workers, postrun_workers) < 1 or ready_target < 0:
             raise ValueError("every pool needs a worker and ready_target >= 0")
@@ -123,6 +124,7 @@ class Pipeline(Generic[D]):
         self.stages = stages
         self.on_transition = on_transition
         self.postrun_grace_s = postrun_grace_s  # POST-RUN cleanup gets this even when the budget is spent
+        self.stop_grace_s = stop_grace_s  # a cancelled stage gets this to stop before its session goes on
         self._init_q: _Ranked[D] = _Ranked()
         self._ready: _Ranked[D] = _Ranked()
         self._post_q: deque[Job[D]] = deque()
@@ -299,8 +301,7 @@ class Pipeline(Generic[D]):
         task = asyncio.create_task(self.stages.postrun(s))
         done, _ = await asyncio.wait({task}, timeout=max(s.remaining(), self.postrun_grace_s))
         if not done:
-            task.cancel()  # the stage's own `finally` blocks still run: cleanup is not skipped
-            await asyncio.wait({task})
+            await self._stop(task, s, "POST-RUN")  # its own `finally` blocks still run: cleanup is not skipped
             self._fail(s, S.TIMEOUT, "timeout:session:postrun")
         elif not task.cancelled() and task.exception() is not None:
             log.warning("POST-RUN of %s failed", s.session_id, exc_info=task.exception())
@@ -312,8 +313,7 @@ class Pipeline(Generic[D]):
             s.prewarm.cancel()
         done, _ = await asyncio.wait({s.prewarm}, timeout=max(s.remaining(), 0))
         if not done:
-            s.prewarm.cancel()
-            await asyncio.wait({s.prewarm})
+            await self._stop(s.prewarm, s, "the evaluation's prewarm")
             self._fail(s, S.TIMEOUT, "timeout:session:prewarm")
         elif not s.prewarm.cancelled() and s.prewarm.exception() is not None:
             self._fail(s, S.ERROR, "error:prewarm", s.prewarm.exception())
@@ -330,8 +330,7 @@ class Pipeline(Generic[D]):
         try:
             done, _ = await asyncio.wait({s.task}, timeout=max(timeout, 0))
             if not done:
-                s.task.cancel()
-                await asyncio.wait({s.task})
+                await self._stop(s.task, s, state.value)
         except asyncio.CancelledError:  # the worker itself is being stopped
             s.task.cancel()
             raise
@@ -345,6 +344,17 @@ class Pipeline(Generic[D]):
         elif task.exception() is not None:
             self._fail(s, S.ERROR, f"error:{state.value}", task.exception())
         return s.outcome is None
+
+    async def _stop(self, task: asyncio.Task[None], s: Job[D], what: str) -> None:
+        """Cancel a stage past its budget and let it clean up; one that is still going after `stop_grace_s`
+        (a bug: it swallowed the cancellation, or its cleanup hangs) is left behind, so the session's
+        deadline holds: it goes on to POST-RUN, and to its result."""
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=self.stop_grace_s)
+        if not done:
+            log.error(
+                "%s of %s still runs %.0f s after it was stopped: left behind", what, s.session_id, self.stop_grace_s
+            )
 
     # ---- bookkeeping
 

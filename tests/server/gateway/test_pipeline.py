@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 
 from nemo_polar.bench.pipeline import run as bench_run
@@ -36,6 +37,11 @@ class Fake:
             while True:
                 d.append(len(d))
                 await asyncio.sleep(0.01)
+        if s.data["run"] == "stubborn":  # a bug: it swallows its cancellation until the gate opens
+            while not self.gate.is_set():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self.gate.wait()
+            return
         await asyncio.sleep(s.data["run"])
 
     async def prewarm_eval(self, s: Job) -> None:
@@ -119,6 +125,20 @@ def test_run_timeout_keeps_partial_results():
             s = await p.submit(sess(0, run="forever", agent_timeout_s=0.1))
         assert s.state is S.TIMEOUT and s.cause == "timeout:agent:running"
         assert len(f.seen_partial["s0"]) >= 3  # POST-RUN saw what the agent had done
+        assert f.calls["postrun"] == 1
+
+    go(body())
+
+
+def test_a_stage_that_does_not_stop_is_left_behind_and_its_session_ends_on_time():
+    async def body():
+        f = Fake()
+        async with Pipeline(1, 1, 1, 0, f, stop_grace_s=0.2) as p:
+            t0 = asyncio.get_running_loop().time()
+            s = await p.submit(sess(0, run="stubborn", agent_timeout_s=0.1))
+            took = asyncio.get_running_loop().time() - t0
+            f.gate.set()  # the stubborn stage may end now (asyncio.run waits for it)
+        assert s.state is S.TIMEOUT and s.cause == "timeout:agent:running" and took < 1.0, took
         assert f.calls["postrun"] == 1
 
     go(body())
