@@ -47,7 +47,9 @@ async def _send(planner: Planner, nodes: NodeAPI, dispatch: Dispatch) -> None:
     try:
         await nodes.dispatch(NodeTarget.of(dispatch.node.registration), dispatch.request)
     except ControlError as exc:
-        log.warning("dispatch of %s to %s failed: %s", dispatch.request.session_id, dispatch.node.id, exc.message)
-        await asyncio.to_thread(
-            planner.dispatch_failed, dispatch.request.session_id, f"dispatch failed: {exc.message}"
-        )
+        session_id = dispatch.request.session_id
+        log.warning("dispatch of %s to %s failed: %s", session_id, dispatch.node.id, exc.message)
+        try:
+            await asyncio.to_thread(planner.dispatch_failed, session_id, f"dispatch failed: {exc.message}")
+        except Exception:  # a dead dispatcher would strand every waiting session
+            log.exception("putting %s back in the queue failed", session_id)

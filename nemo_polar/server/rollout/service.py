@@ -414,11 +414,16 @@ class RolloutService:
         return out
 
     def dispatch_failed(self, session_id: str, cause: str = "dispatch failed") -> SessionRow:
-        """The POST to the node failed: back in the queue, its reservation released."""
+        """The POST to the node failed: back in the queue, its reservation released. One its node reported
+        since (the node took it, its answer was lost) is left to the node: its result comes as any other."""
         s = self.store.session(session_id)
         if s.node_id:
             self.reservations.release(s.node_id)
-        return self.store.requeue(session_id, cause)
+        if s.state is not SessionState.REGISTERED:
+            return s
+        with suppress(IllegalMove):  # reported between our look and the re-queue: the node has it
+            return self.store.requeue(session_id, cause)
+        return self.store.session(session_id)
 
     # --- lost nodes and overdue sessions (the reaper's steps) -----------------------------------
     def _alive_at_start(self, node_id: str) -> bool:

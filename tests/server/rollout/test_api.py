@@ -233,6 +233,23 @@ def test_next_dispatch_priority_node_and_attempts(manual):
     assert session["state"] == "registered" and session["node_id"] == "n1" and session["attempt"] == 2
 
 
+def test_a_dispatch_whose_answer_was_lost_leaves_a_session_its_node_reported_since(manual):
+    """The POST to the node timed out after the node took the session: its reports (and result) came since,
+    and the session stays the node's, not re-queued, not an error that would stop the dispatcher."""
+    srv, client = manual
+    client.post("/nodes", json=NODE)
+    running, done = submit(client, task_id="t", num_samples=2)["session_ids"]
+    for sid in (srv.service.next_dispatch().request.session_id, srv.service.next_dispatch().request.session_id):
+        client.post("/callbacks/session_state", json={"session_id": sid, "state": "running", "node_id": "n1"})
+    finish(client, "t", done)
+    for sid in (running, done):
+        srv.service.dispatch_failed(sid, "dispatch failed: timed out")
+    sessions = {s["session_id"]: s for s in client.get("/tasks/t").json()["sessions"]}
+    assert (sessions[running]["state"], sessions[running]["node_id"]) == ("running", "n1")
+    assert sessions[done]["state"] == "completed"
+    assert srv.service.next_dispatch() is None  # nothing went back in the queue
+
+
 def test_lost_node_requeues_unstarted_and_fails_running(manual):
     srv, client = manual
     client.post("/nodes", json=NODE | {"heartbeat_s": 0.4})  # stale 1 s after its last heartbeat
