@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import orjson
@@ -55,7 +56,7 @@ class Outbox:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.stem}.{threading.get_ident()}.tmp")  # two writers of one result never share one
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()
