@@ -94,22 +94,26 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
         proxy.store.close()
 
 
+def quick_node(tmp_path, rollout_url: str) -> tuple[GatewayNode, int]:
+    """A node (and its port) that heartbeats every 0.2 s, its proxy on the default upstream."""
+    port = free_port()
+    proxy = Proxy(ProxyConfig.model_validate({"port": port, "store": {"path": str(tmp_path / "r.sqlite")}}))
+    config = NodeConfig(
+        node_id="n1",
+        rollout_url=rollout_url,
+        public_url=f"http://127.0.0.1:{port}",
+        root=str(tmp_path / "node"),
+        heartbeat_s=0.2,
+    )
+    return GatewayNode(config, proxy), port
+
+
 def test_heartbeats_outlive_an_unexpected_failure(fake_upstream, tmp_path, monkeypatch):
     """Anything the heartbeat raises (not only the rollout server being away) is logged and tried again:
     a node whose heartbeats stop is declared lost, and its sessions with it."""
     with RolloutThread(RolloutConfig(port=0, store={"path": str(tmp_path / "rollout.sqlite")})) as rollout:
-        port = free_port()
-        proxy = Proxy(ProxyConfig.model_validate({"port": port, "store": {"path": str(tmp_path / "r.sqlite")}}))
-        node = GatewayNode(
-            NodeConfig(
-                node_id="n1",
-                rollout_url=rollout.url,
-                public_url=f"http://127.0.0.1:{port}",
-                root=str(tmp_path / "node"),
-                heartbeat_s=0.2,
-            ),
-            proxy,
-        )
+        node, port = quick_node(tmp_path, rollout.url)
+        proxy = node.proxy
         failures = []
         metrics = node.pipeline.metrics
 
@@ -133,18 +137,8 @@ def test_a_post_run_that_fails_still_sends_the_server_a_result_saying_why(fake_u
     """POST-RUN is where a session's result is made; when it raises, the server gets the session masked with the
     error at once, not after waiting out its session timeout, and the node keeps nothing of it."""
     with RolloutThread(RolloutConfig(port=0, store={"path": str(tmp_path / "rollout.sqlite")})) as rollout:
-        port = free_port()
-        proxy = Proxy(ProxyConfig.model_validate({"port": port, "store": {"path": str(tmp_path / "r.sqlite")}}))
-        node = GatewayNode(
-            NodeConfig(
-                node_id="n1",
-                rollout_url=rollout.url,
-                public_url=f"http://127.0.0.1:{port}",
-                root=str(tmp_path / "node"),
-                heartbeat_s=0.2,
-            ),
-            proxy,
-        )
+        node, port = quick_node(tmp_path, rollout.url)
+        proxy = node.proxy
         result = node.stages._result
 
         def broken(job, evaluation):
