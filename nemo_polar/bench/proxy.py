@@ -46,6 +46,7 @@ DIALECTS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 UNDURABLE = "openai_chat_undurable"
 _PROMPT = "bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
+_UNTIMED = 2  # calls at the start of a latency block that warm the arm's path, not timed
 
 
 def spawn(args: list[str], health: str) -> subprocess.Popen:
@@ -173,20 +174,28 @@ async def call(http: aiohttp.ClientSession, arm: Arm) -> float:
     return time.perf_counter() - t0
 
 
-async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
-    """Concurrency 1, the arms in turn; percentiles per arm, added = arm - direct. Each timed call
-    follows an untimed one on the same arm, so that every arm is timed on processes that are
-    running, as a busy hop's are: timed first after another process's call, a hop also paid for
-    the OS waking it from idle (0.1 ms here, on whichever arm came first, whatever its code)."""
+async def latency(arms: list[Arm], n: int, block: int = 10) -> dict[str, Any]:
+    """Concurrency 1; percentiles per arm, added = arm - direct. The arms take turns in blocks of `block`
+    calls in a row (the first `_UNTIMED` not timed), the order of the arms turned by one at every turn,
+    until each has `n` timed calls: every hop is timed in the steady state of a hop that is serving calls,
+    as a busy one is, and drift and neighbours hit all arms alike. Timed instead one call at a time, each
+    after one untimed, a hop was timed just woken from serving none (the cores' caches holding the
+    other processes'): the proxy's dialect that came after the bare relay paid 0.03-0.08 ms more than the
+    proxy's others, whichever dialect it was, and the rest paid less than the relay for having the proxy's
+    process warmed by the dialect before them."""
     times: dict[str, list[float]] = {a.name: [] for a in arms}
+    order = list(arms)
     async with aiohttp.ClientSession() as http:
         for _ in range(20):  # warm every path
             for arm in arms:
                 await call(http, arm)
-        for _ in range(n):
-            for arm in arms:
-                await call(http, arm)
-                times[arm.name].append(await call(http, arm))
+        for _ in range(-(-n // (block - _UNTIMED))):  # turns: n timed calls per arm, or a few more
+            for arm in order:
+                for i in range(block):
+                    took = await call(http, arm)
+                    if i >= _UNTIMED:
+                        times[arm.name].append(took)
+            order = order[1:] + order[:1]
     ms = lambda v: round(v * 1000, 3)  # noqa: E731
     p50 = {name: _pct(v, 0.5) for name, v in times.items()}
     p99 = {name: _pct(v, 0.99) for name, v in times.items()}
