@@ -180,7 +180,7 @@ async def latency(arms: list[Arm], n: int, block: int = 10) -> dict[str, Any]:
     until each has `n` timed calls: every hop is timed in the steady state of a hop that is serving calls,
     as a busy one is, and drift and neighbours hit all arms alike. Timed instead one call at a time, each
     after one untimed, a hop was timed just woken from serving none (the cores' caches holding the
-    other processes'): the proxy's dialect that came after the bare relay paid 0.03-0.08 ms more than the
+    other processes'): the proxy's dialect that came after the bare relay paid 0.02-0.14 ms more than the
     proxy's others, whichever dialect it was, and the rest paid less than the relay for having the proxy's
     process warmed by the dialect before them."""
     times: dict[str, list[float]] = {a.name: [] for a in arms}
