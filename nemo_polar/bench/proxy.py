@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import os
 import statistics
 import subprocess
@@ -46,7 +47,7 @@ DIALECTS = ("openai_chat", "openai_responses", "anthropic", "gemini")
 UNDURABLE = "openai_chat_undurable"
 _PROMPT = "bench"
 _TICKS = os.sysconf("SC_CLK_TCK")
-_UNTIMED = 2  # calls at the start of a latency block that warm the arm's path, not timed
+_BLOCK, _UNTIMED = 10, 2  # latency: calls in a row on one arm, and how many of the first are not timed
 
 
 def spawn(args: list[str], health: str) -> subprocess.Popen:
@@ -174,24 +175,21 @@ async def call(http: aiohttp.ClientSession, arm: Arm) -> float:
     return time.perf_counter() - t0
 
 
-async def latency(arms: list[Arm], n: int, block: int = 10) -> dict[str, Any]:
-    """Concurrency 1; percentiles per arm, added = arm - direct. The arms take turns in blocks of `block`
-    calls in a row (the first `_UNTIMED` not timed), the order of the arms turned by one at every turn,
-    until each has `n` timed calls: every hop is timed in the steady state of a hop that is serving calls,
-    as a busy one is, and drift and neighbours hit all arms alike. Timed instead one call at a time, each
-    after one untimed, a hop was timed just woken from serving none (the cores' caches holding the
-    other processes'): the proxy's dialect that came after the bare relay paid 0.02-0.14 ms more than the
-    proxy's others, whichever dialect it was, and the rest paid less than the relay for having the proxy's
-    process warmed by the dialect before them."""
+async def latency(arms: list[Arm], n: int) -> dict[str, Any]:
+    """Concurrency 1; percentiles per arm, added = arm - direct. The arms take turns in blocks of `_BLOCK`
+    calls in a row, the first `_UNTIMED` not timed, the order turned by one at every turn, until each has
+    `n` timed calls: every hop is timed while it is serving calls, as a busy one is, and drift hits all
+    arms alike. Timed one call at a time after one untimed call, the proxy's dialect that came right after
+    the bare relay paid for waking the process up (docs/benchmarks.md)."""
     times: dict[str, list[float]] = {a.name: [] for a in arms}
     order = list(arms)
     async with aiohttp.ClientSession() as http:
         for _ in range(20):  # warm every path
             for arm in arms:
                 await call(http, arm)
-        for _ in range(-(-n // (block - _UNTIMED))):  # turns: n timed calls per arm, or a few more
+        for _ in range(math.ceil(n / (_BLOCK - _UNTIMED))):  # n timed calls per arm, or a few more
             for arm in order:
-                for i in range(block):
+                for i in range(_BLOCK):
                     took = await call(http, arm)
                     if i >= _UNTIMED:
                         times[arm.name].append(took)
