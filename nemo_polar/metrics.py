@@ -9,7 +9,7 @@ with the store; events (calls, tokens, latencies) are counted where they happen,
                    polar_proxy_upstream_busy_fraction, polar_proxy_inflight_calls
     gateway node   polar_node_pool_sessions{stage}, polar_node_outbox_results
     rollout server polar_rollout_sessions{state}, polar_rollout_queue_depth, polar_rollout_nodes{healthy},
-                   polar_rollout_dispatch_latency_seconds
+                   polar_rollout_dispatch_latency_seconds, polar_rollout_grader_touched_sessions_total{kind}
 """
 
 from __future__ import annotations
@@ -161,6 +161,12 @@ class RolloutMetrics:
             "polar_rollout_dispatch_latency_seconds",
             "from a session waiting (submitted or re-queued) to its dispatch to a node",
             buckets=SLOW_BUCKETS,
+            registry=self.registry,
+        )
+        self.grader_touched = Counter(
+            "polar_rollout_grader_touched_sessions",
+            "sessions whose agent reached for the grader (evaluators.GRADER_TOUCHES), by kind",
+            ["kind"],
             registry=self.registry,
         )
         self.store, self.nodes_alive = store, nodes_alive

@@ -38,6 +38,7 @@ from typing import Any
 
 from ..contracts import TaskSpec
 from ..errors import ControlError
+from ..evaluators.base import GRADER_TOUCHES, grader_touches
 from ..server.client import RolloutAPI
 from ..states import SessionState
 from ..traces.export import gym_masked_response, gym_response, read_jsonl, training_traces
@@ -267,14 +268,16 @@ def rollout_output(
 def verifier_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The numbers a verifier wrote beside the reward (a Harbor task's reward.json: `lines_ok`, `lines_total`), as
     `verifier_<key>`: NeMo-RL logs a result's numeric fields per agent. Never `reward_components`, which NeMo-RL
-    requires to sum to the reward."""
+    requires to sum to the reward. Beside them `polar_grader_<kind>`, 1 when the session reached for the grader
+    that way (`evaluators.GRADER_TOUCHES`)."""
     details = ((result.get("stats") or {}).get("evaluation") or {}).get("details") or {}
     rewards, key = details.get("rewards") or {}, details.get("reward_key", "reward")
+    touched = set(grader_touches(details))  # 0 or 1 per session: NeMo-RL's mean is the step's rate of attempts
     return {
         f"verifier_{k}": float(v)
         for k, v in rewards.items()
         if k != key and isinstance(v, int | float) and not isinstance(v, bool)
-    }
+    } | {f"polar_grader_{kind}": float(kind in touched) for kind in GRADER_TOUCHES.values()}
 
 
 def _load_traces(path: str | None) -> tuple[list[Trace], Verdict | None]:

@@ -5,8 +5,8 @@ Classes load on first use, so `swebench` (an optional extra) costs nothing until
 from __future__ import annotations
 
 from ..plugins import Registry
-from .base import EvalContext, Evaluation, Evaluator
+from .base import EvalContext, Evaluation, Evaluator, grader_touches
 
 EVALUATORS: Registry[Evaluator] = Registry("evaluator", Evaluator, __name__)
 
-__all__ = ["EVALUATORS", "EvalContext", "Evaluation", "Evaluator"]
+__all__ = ["EVALUATORS", "EvalContext", "Evaluation", "Evaluator", "grader_touches"]

@@ -88,6 +88,16 @@ class Evaluation(BaseModel):
         return cls(infrastructure_error=message, details=details)
 
 
+# what in an evaluation's details shows the agent reached for the grader rather than the task (counted per
+# session by the rollout server's metrics and in the Gym result, so a trainer sees attempted hacks)
+GRADER_TOUCHES = {"left_out": "test_surface", "tampered": "runner_tampered", "planted": "verifier_planted"}
+
+
+def grader_touches(details: dict[str, Any]) -> list[str]:
+    """The kinds of `GRADER_TOUCHES` an evaluation's details hold (non-empty)."""
+    return [kind for key, kind in GRADER_TOUCHES.items() if details.get(key)]
+
+
 class Evaluator(Plugin):
     """Base of the evaluators: `Settings` validates the task's `evaluator.config` (unknown keys are errors)."""
 

@@ -161,6 +161,11 @@ async def patch_paths(box: Sandbox, patch: str) -> list[str]:
     return paths
 
 
+def _literal(path: str) -> str:
+    """`path` as a pattern of git's wildmatch that matches itself alone."""
+    return "".join("\\" + ch if ch in "*?[\\" else ch for ch in path)
+
+
 async def apply_patch(
     box: Sandbox, patch: str, name: str, exclude: list[str] | tuple[str, ...] = ()
 ) -> tuple[bool, str]:
@@ -169,7 +174,7 @@ async def apply_patch(
     if not patch.strip():
         return True, ""
     path = hand_in(box, name, patch)
-    args = ["apply", "--whitespace=nowarn", "--recount", *(f"--exclude={p}" for p in exclude), str(path)]
+    args = ["apply", "--whitespace=nowarn", "--recount", *(f"--exclude={_literal(p)}" for p in exclude), str(path)]
     rc, out, err = await git(box, args, check=False)
     if rc == 0:
         return True, ""

@@ -4,8 +4,11 @@ prepare:  the evaluation copy at `base_commit` with the task's hidden `test_patc
           sandbox of the session's image (`ctx.fresh()`, its `eval_prepare` done), or on this machine a
           fresh copy of the task repo; made once, by `prewarm` while the agent runs, else by `evaluate`.
 evaluate: the agent's patch (its working copy vs `base_commit`, junk dropped, read where it is) applied
-          on that copy — its changes to the files `test_patch` owns are left out, as SWE-bench resets
-          them — then the FAIL_TO_PASS + PASS_TO_PASS tests, graded from pytest's `-rA` summary.
+          on that copy, its changes to the test surface left out (surface.py: the files `test_patch` owns,
+          as SWE-bench resets them, the runner's configuration, start-up hooks, modules that shadow the
+          interpreter's, the task's own test files; `details.left_out` says which), then the
+          FAIL_TO_PASS + PASS_TO_PASS tests, graded from pytest's `-rA` summary, with the guard
+          (inside/polar_pytest_guard.py) loaded first: a run the code under test took over pays nothing.
 
 The steps are the same wherever the session ran; only the box they run in differs (boxes.py): on this
 machine, the copy under bubblewrap (`sandbox`: only the copy and its HOME writable, no network). Unless
@@ -13,7 +16,8 @@ the row or config names a test command, the tests run with `python3 -m pytest` i
 Python on this machine.
 
 reward = components["resolved"] = 1.0 only when every FAIL_TO_PASS test passes and every PASS_TO_PASS
-test passes (or is skipped); the fractions are in `details`. A test run that hits its timeout scores 0
+test passes (or is skipped), and the guard saw them pass and nothing take over the runner; the fractions
+are in `details`, what the guard found in `details.tampered`. A test run that hits its timeout scores 0
 (the agent's code may hang); set `timeout_is_infrastructure` to mask it instead.
 """
 
@@ -23,6 +27,7 @@ import json
 import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -30,14 +35,17 @@ from pydantic import Field
 from ..config import Strict
 from ..errors import EvaluationError, GitError
 from .base import Completed, EvalContext, Evaluation, Evaluator, Sandbox
-from .boxes import HostBox, run_in
+from .boxes import FILES, HostBox, run_in
 from .patch import apply_patch, fresh_copy, patch_paths, read_patch
 from .pytest_log import PASSING, parse_summary
 from .row import EvalRow
+from .surface import surface_changes
 
 CANNOT_START_RC = (126, 127)  # the shell's "not executable" / "not found"
 PREPARED = "prepared.json"
 TEST_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "COLUMNS": "400"}  # COLUMNS: ids kept whole
+GUARD = Path(__file__).parent / "inside" / "polar_pytest_guard.py"
+GUARD_STATE = "guard.jsonl"
 
 
 class TestsConfig(Strict):
@@ -53,6 +61,11 @@ class TestsConfig(Strict):
         True, description="run the agent's code under bubblewrap (where installed): only the copy writable, no network"
     )
     timeout_is_infrastructure: bool = False
+    guard: bool = Field(
+        True,
+        description="load the guard into pytest and pay nothing for a run the code under test took over; false "
+        "for a test command that does not run pytest, or runs it without the environment it was given",
+    )
 
 
 class TestsEvaluator(Evaluator):
@@ -76,13 +89,17 @@ class TestsEvaluator(Evaluator):
         if not patch.strip() and not self.settings.run_empty:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
         try:
-            applied, why = await apply_patch(box, patch, "agent.diff", exclude=test_files)
+            left_out = await surface_changes(box, patch, test_files, self.python(ctx))
+            applied, why = await apply_patch(box, patch, "agent.diff", exclude=[*test_files, *left_out])
         except GitError as exc:
             return Evaluation.infra(str(exc), **details)
+        details["left_out"] = left_out
         if not applied:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"apply_error": why})
         budget = max(1.0, min(self.settings.timeout_s, ctx.timeout_s - (time.monotonic() - started)))
-        done = await run_in(box, self.command(row, ctx), TEST_ENV | self.settings.env, budget)
+        env = TEST_ENV | self.settings.env
+        env |= self.guard(box, env) if self.settings.guard else {}
+        done = await run_in(box, self.command(row, ctx), env, budget)
         details |= {
             "sandboxed": done.extra.get("sandboxed", False),
             "test_rc": done.rc,
@@ -91,7 +108,48 @@ class TestsEvaluator(Evaluator):
         }
         if (problem := self.cannot_run(done)) is not None:
             return Evaluation.infra(problem, **details)
+        if self.settings.guard and not done.timed_out:
+            guarded = self.guarded(box, done, row)
+            if isinstance(guarded, str):
+                return Evaluation.infra(guarded, **details)
+            if guarded:
+                return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"tampered": guarded})
         return await self.grade(ctx, row, done, details)
+
+    def guard(self, box: Sandbox, env: dict[str, str]) -> dict[str, str]:
+        """The guard handed into `box`, and the variables that load it into pytest first (ahead of `env`'s)."""
+        folder = box.home / FILES / "guard"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / GUARD.name).write_text(GUARD.read_text())
+        (box.home / FILES / GUARD_STATE).unlink(missing_ok=True)
+        inside = box.inside_home / FILES
+        ahead = {"PYTHONPATH": (str(inside / "guard"), ":"), "PYTEST_ADDOPTS": (f"-p {GUARD.stem}", " ")}
+        out = {key: sep.join(filter(None, (first, env.get(key)))) for key, (first, sep) in ahead.items()}
+        return out | {"POLAR_GUARD": str(inside / GUARD_STATE)}
+
+    def guarded(self, box: Sandbox, done: Completed, row: EvalRow) -> list[str] | str:
+        """What the guard found wrong with the run (nothing: []), or why the run cannot be judged (masked)."""
+        try:
+            records = [json.loads(line) for line in (box.home / FILES / GUARD_STATE).read_text().splitlines()]
+        except (OSError, ValueError):
+            records = []
+        statuses = parse_summary(done.out, row.tests)
+        if not any("started" in r for r in records):
+            if GUARD.stem in done.out + done.err:
+                return f"the guard did not load into pytest: {(done.out + done.err).strip()[-500:]}"
+            if statuses:
+                return "pytest ran without the guard (set the evaluator's guard: false for such a test command)"
+            return []  # pytest never started: `grade` says why
+        last = next((r for r in reversed(records) if r.get("finished")), None)
+        if last is None:
+            return ["the test run ended before pytest did (the code under test ended the process)"]
+        seen = last.get("outcomes") or {}
+        found = list(last.get("tampered") or [])
+        for test, status in statuses.items():
+            expected = "skipped" if status == "SKIPPED" else "passed"
+            if (status in PASSING or status == "SKIPPED") and seen.get(test) != expected:
+                found.append(f"the summary says {test} {status}; the guard saw {seen.get(test, 'nothing')}")
+        return found
 
     async def prepare(self, ctx: EvalContext, row: EvalRow) -> tuple[Sandbox, list[str]]:
         """The evaluation copy with the hidden tests in, and the files they own; made once per session."""
@@ -122,12 +180,15 @@ class TestsEvaluator(Evaluator):
             await fresh_copy(repo, box, row.base_commit)
         return box
 
+    def python(self, ctx: EvalContext) -> str:
+        """The tests' Python: the image's own, else this one."""
+        return "python3" if ctx.sandbox is not None else sys.executable
+
     def command(self, row: EvalRow, ctx: EvalContext) -> list[str]:
         ids = row.tests
         custom = self.settings.test_command or row.test_cmd
-        if custom is None:  # the image's own Python, else this one
-            python = "python3" if ctx.sandbox is not None else sys.executable
-            return [python, "-m", "pytest", "-rA", "-q", "--no-header", "-p", "no:cacheprovider", *ids]
+        if custom is None:
+            return [self.python(ctx), "-m", "pytest", "-rA", "-q", "--no-header", "-p", "no:cacheprovider", *ids]
         if isinstance(custom, str):
             quoted = shlex.join(ids)
             return ["sh", "-c", custom.replace("{tests}", quoted) if "{tests}" in custom else f"{custom} {quoted}"]

@@ -36,6 +36,7 @@ from ...config import Strict
 from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...control import LOOPBACK
 from ...errors import Forbidden, IllegalMove, NotFound, RequestInvalid
+from ...evaluators import grader_touches
 from ...metrics import RolloutMetrics
 from ...states import SessionState
 from ..client import NodeAPI, NodeTarget
@@ -317,6 +318,8 @@ class RolloutService:
         if outcome.duplicate:
             return outcome
         self._emit_session(outcome.session, "result")
+        for kind in grader_touches(((result.stats or {}).get("evaluation") or {}).get("details") or {}):
+            self.metrics.grader_touched.labels(kind).inc()
         if outcome.task_finished:
             self._task_finished(result.task_id)
         self._early_stop(result.task_id)
