@@ -12,12 +12,14 @@ repository trusted.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
-from ..errors import GitError
+from ..errors import GitError, SandboxError
+from ..runtimes.history import copy_repo
 from ..sandbox import TIMEOUT_RC
 from .base import EvalContext, Sandbox
 from .boxes import FILES, HostBox, hand_in
@@ -124,14 +126,16 @@ async def extract_patch(
 
 
 async def fresh_copy(repo: Path, box: HostBox, base_commit: str | None = None) -> None:
-    """`box`'s working copy made a copy of the pristine repo, checked out clean at `base_commit`."""
+    """`box`'s working copy made a copy of the pristine repo, its history cut at `base_commit` as the agent's
+    was (runtimes/history.py: the code under test runs here), checked out clean at it."""
     if not (Path(repo) / ".git").is_dir():
         raise GitError(f"the task repo {repo} is missing or not a git repository")
     if box.work.exists():
         shutil.rmtree(box.work)
-    shutil.copytree(repo, box.work, symlinks=True)
-    if base_commit:
-        await git(box, ["checkout", "-q", "--force", "--detach", base_commit])
+    try:
+        await asyncio.to_thread(copy_repo, Path(repo), box.work, base_commit)
+    except SandboxError as exc:
+        raise GitError(str(exc)) from exc
     await git(box, ["reset", "-q", "--hard"])
     await git(box, ["clean", "-q", "-fdx"])
 

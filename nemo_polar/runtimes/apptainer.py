@@ -127,6 +127,7 @@ class ApptainerRuntime(ContainerRuntime):
             if "PATH" not in self.spec.env:  # the image's own (its %environment, a docker image's ENV)
                 rc, out, _ = await self.exec(["sh", "-c", 'printf %s "$PATH"'], timeout=60)
                 self.path = out.strip() if rc == 0 and out.strip() else self.path
+            await self.cut_history()
         except BaseException:
             await self.stop()
             raise

@@ -19,8 +19,10 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, field_validator
 
 from ..config import Strict
+from ..errors import SandboxError
 from ..plugins import Plugin
 from . import toolchain
+from . import history
 from .inside import forward
 
 if TYPE_CHECKING:
@@ -251,15 +253,31 @@ class ContainerRuntime(Runtime):
     async def _prepare(self) -> None:
         """The session's folders (a copy of `spec.repo` as its working copy) and the tunnel's socket."""
         repo = Path(self.spec.repo) if self.spec.repo else None
-        await asyncio.to_thread(make_folders, self.folder, self.work, self.home, repo)
+        await asyncio.to_thread(make_folders, self.folder, self.work, self.home, repo, self.spec.commit)
         if self.tunnel is not None:
             await self.tunnel.start()
 
+    async def cut_history(self) -> None:
+        """The image's own repository, when the agent works in it, cut at the task's commit by history.py's
+        script as the sandbox sees it: the last step of every kind's `start`, before any set-up step or the
+        agent. A failure (an image whose folder is a repository but that has no git) stops the start: such
+        a session must not run, or its agent could read the future."""
+        if self.work is not None:
+            return
+        commit = self.spec.commit or "HEAD"
+        script = self.inside_scripts / history.SCRIPT.name
+        rc, out, err = await self.exec(["sh", str(script), commit], None, history.TIMEOUT_S)
+        if rc != 0:
+            raise SandboxError(
+                f"cutting the history of {self.inside_work} at {commit} failed (rc {rc}): {(err or out).strip()[-1000:]}"
+            )
 
-def make_folders(folder: Path, work: Path | None, home: Path, repo: Path | None) -> None:
+
+def make_folders(folder: Path, work: Path | None, home: Path, repo: Path | None, commit: str | None = None) -> None:
+    """The session's folder: HOME, and the working copy, a copy of `repo` cut at `commit` (history.py)."""
     folder.mkdir(parents=True, exist_ok=False)  # a reused id would mix two sessions' files
     if work is not None and repo is not None:
-        shutil.copytree(repo, work, symlinks=True)
+        history.copy_repo(repo, work, commit)
     elif work is not None:
         work.mkdir()
     home.mkdir()

@@ -170,6 +170,7 @@ class DockerRuntime(ContainerRuntime):
             if self.tunnel is not None:
                 await asyncio.to_thread(self._wait_ready)
             self.path = image_path(self.container.attrs, self.spec)
+            await self.cut_history()
         except BaseException:
             await self.stop()
             raise

@@ -85,6 +85,7 @@ class ImageRuntime(ContainerRuntime):
                 folder.mkdir()
             # the working directory exists even when the image has none (docker creates its working_dir too)
             (self.upper / self.inside_work.relative_to("/")).mkdir(parents=True, exist_ok=True)
+            await self.cut_history()
         except BaseException:
             await self.stop()
             raise

@@ -61,7 +61,8 @@ class LocalSettings(Strict):
 
 
 class LocalRuntime(Runtime):
-    """This machine: a copy of `repo` in the session's folder, under bubblewrap where present."""
+    """This machine: a copy of `repo` (its history cut at `commit`) in the session's folder, under bubblewrap
+    where present."""
 
     name = "local"
 
@@ -76,6 +77,7 @@ class LocalRuntime(Runtime):
         return cls(
             root,
             repo=spec.repo,
+            commit=spec.commit,
             sandbox=settings.sandbox,
             session_id=session_id,
             proxy_url=proxy_url,
@@ -88,6 +90,7 @@ class LocalRuntime(Runtime):
         self,
         root: str | Path,
         repo: str | Path | None = None,
+        commit: str | None = None,
         sandbox: bool = True,
         session_id: str | None = None,
         proxy_url: str | None = None,
@@ -97,7 +100,7 @@ class LocalRuntime(Runtime):
     ) -> None:
         self.folder = Path(root).resolve() / (session_id or uuid.uuid4().hex)
         self.work, self.home = self.folder / "work", self.folder / "home"
-        self.repo = Path(repo) if repo else None
+        self.repo, self.commit = (Path(repo) if repo else None), commit
         self.bwrap = shutil.which("bwrap") if sandbox else None
         if sandbox and self.bwrap is None:
             log.warning("bubblewrap is not installed: sessions run as plain processes, with no isolation")
@@ -136,7 +139,7 @@ class LocalRuntime(Runtime):
                 f"runtime.workdir {self.workdir}: only bubblewrap can put the working copy there, and this machine "
                 "runs sessions without it (install bubblewrap, or run the task in an image)"
             )
-        await asyncio.to_thread(make_folders, self.folder, self.work, self.home, self.repo)
+        await asyncio.to_thread(make_folders, self.folder, self.work, self.home, self.repo, self.commit)
         if self.tunnel is not None:
             try:
                 await self.tunnel.start()

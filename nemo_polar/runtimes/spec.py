@@ -48,6 +48,11 @@ class RuntimeSpec(BaseModel):
 
     kind: str = Field("local", description="local, docker, apptainer, image, or 'package.module:Class'")
     repo: str | None = Field(None, description="a folder copied as the session's working copy")
+    commit: str | None = Field(
+        None,
+        description="the commit the working copy's git history is cut at (nothing after it is there; default "
+        "HEAD): `repo`'s, or the image's own repository in `workdir`",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="every command's environment (set-up steps, the harness, grading): e.g. PATH of the image's "

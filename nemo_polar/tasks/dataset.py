@@ -66,13 +66,13 @@ class TaskRow(EvalRow):
         spec = dict(base.model_dump(exclude_defaults=True) if isinstance(base, RuntimeSpec) else base or {})
         if RUNTIMES[spec.get("kind", "local")].in_image:
             return self.image_runtime(spec.get("kind", "docker"), namespace) | spec
-        return spec | ({"repo": self.repo_path} if self.repo_path else {})
+        return spec | ({"repo": self.repo_path, "commit": self.base_commit} if self.repo_path else {})
 
     def image_runtime(self, kind: str = "docker", namespace: str = "swebench") -> dict[str, Any]:
         """The row's instance image, where the agent works in it (a copy of its `repo_path` when it has one and
         no image of its own), its environment and its set-up steps."""
         extra = self.model_extra or {}
-        out: dict[str, Any] = {"workdir": extra.get("workdir") or SWE_WORKDIR}
+        out: dict[str, Any] = {"workdir": extra.get("workdir") or SWE_WORKDIR, "commit": self.base_commit}
         if extra.get("image") or RUNTIMES[kind].pulls:  # an image folder cannot be named from the row
             out["image"] = image_of(self, namespace, kind)
         out["env"] = extra.get("env") or ({} if extra.get("image") else {"PATH": SWE_PATH})
