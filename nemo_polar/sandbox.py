@@ -2,8 +2,9 @@
 untrusted work (a harness in a session's runtime, an agent's patched code under its tests).
 
 A command's whole group is killed at its deadline, on cancellation and after it exits, so nothing
-it started in the background outlives it. Under bubblewrap the host is read-only, /tmp is private,
-only the named folders are writable (at their host paths), and the network is loopback only.
+it started in the background outlives it. Under bubblewrap a command sees the host's system folders
+read-only and none of its data (`host_folders`), /tmp is private, only the named folders are writable, and
+the network is loopback only.
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ from pathlib import Path
 
 TIMEOUT_RC = 124  # what `timeout(1)` returns: the command was killed at its deadline
 READ_GRACE_S = 2.0  # after a kill, how long to wait for output a stray process may still hold open
-# the read-only host; the writable binds come after the tmpfs, or /tmp would hide them
-BWRAP_HOST = "--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp".split()
+# The host's top-level folders a sandbox sees: the operating system's programs, libraries and settings. Not
+# the rest (home folders, /root, /work, /srv, /mnt, /var, /data...): a node's run folders, datasets, the
+# task repositories with their history, the stores; whatever of the host an agent could read, a policy
+# learns to read (docs/security.md).
+SYSTEM = ("bin", "etc", "lib", "lib32", "lib64", "libx32", "opt", "sbin", "usr")
 
 
 def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def _hidden_by_tmp() -> list[str]:
-    """Host folders a sandboxed command needs (this Python, the checkout with its tools) that the
-    sandbox's private /tmp would hide when they live under /tmp: bound back, read-only."""
-    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[1]}
-    if os.environ.get("POLAR_DEPS"):
-        needed.add(Path(os.environ["POLAR_DEPS"]))
-    found = sorted({str(p.resolve()) for p in needed if p.resolve().is_relative_to("/tmp") and p.exists()})
+def _needed() -> list[str]:
+    """Host folders a sandboxed command needs beyond the system's: this Python's install (the forwarder and
+    the tests run with it) and this package (its editable install's path), read-only at their own paths."""
+    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}
+    found = sorted({str(p.resolve()) for p in needed if p.exists()})
     return [p for p in found if not any(p.startswith(q + "/") for q in found)]  # outermost only
 
 
@@ -44,15 +46,15 @@ def bwrap_argv(
     *,
     network: bool,
     extra=(),
-    root: Sequence[str] = BWRAP_HOST,
+    root: Sequence[str] | None = None,
 ) -> list[str]:
     """`argv` under bubblewrap; `writable` folders are bound at their host path, or (host, inside)
     pairs at a path of their own (under /tmp, the sandbox's tmpfs). No --new-session: the command
     must stay in the process group we kill; it has no controlling terminal anyway
-    (start_new_session), so there is no tty to hijack. `root`: the host's / read-only (the default),
-    or `host_folders()`."""
+    (start_new_session), so there is no tty to hijack. `root`: `host_folders()` (the default), or the
+    same with some top-level folders left out."""
     args: list[str] = []
-    for path in _hidden_by_tmp():
+    for path in _needed():
         args += ["--ro-bind", path, path]
     for bind in writable:
         host, inside = bind if isinstance(bind, tuple) else (bind, bind)
@@ -60,18 +62,18 @@ def bwrap_argv(
     args += ["--chdir", str(chdir), "--unshare-pid", "--die-with-parent"]
     if not network:
         args.append("--unshare-net")  # a namespace of its own with only loopback
-    return [binary, *root, *args, *extra, "--", *argv]
+    return [binary, *(host_folders() if root is None else root), *args, *extra, "--", *argv]
 
 
 def host_folders(leave_out: Sequence[str] = ()) -> list[str]:
-    """The host's top-level folders read-only (its symlinks as symlinks) on bubblewrap's own empty root,
-    instead of the host's / itself: a command sees the host as under `bwrap_argv`, and folders can be
-    bound at paths the host does not have (a Harbor task's /tests, /logs/verifier, /app). Put before
-    `bwrap_argv`'s own arguments; `leave_out` names top-level entries not to bind."""
+    """The host's system folders (`SYSTEM`) read-only, its symlinks as symlinks, on bubblewrap's own empty
+    root, with /dev, /proc and a private /tmp: a command runs the host's programs and sees none of its data,
+    and folders can be bound at paths the host does not have (a Harbor task's /tests, /logs/verifier, /app).
+    Put before `bwrap_argv`'s own arguments; `leave_out` names top-level entries not to bind."""
     args: list[str] = []
     for entry in sorted(os.listdir("/")):
         path = "/" + entry
-        if entry in ("proc", "dev", "tmp", *leave_out):
+        if entry not in SYSTEM or entry in leave_out:
             continue
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..sandbox import BWRAP_HOST, TIMEOUT_RC, bwrap, bwrap_argv, run_group
+from ..sandbox import TIMEOUT_RC, bwrap, bwrap_argv, run_group
 from .base import Completed, Sandbox
 
 FILES = ".polar-eval"  # under a box's HOME: the files we hand it
@@ -35,7 +35,7 @@ class HostBox:
         inside_work: str | Path | None = None,
         inside_home: str | Path | None = None,
         binds: Sequence[tuple[Path, str]] = (),
-        root: Sequence[str] = BWRAP_HOST,
+        root: Sequence[str] | None = None,
     ) -> None:
         self.work, self.home = Path(work), Path(home)
         self.inside_work, self.inside_home = Path(inside_work or work), Path(inside_home or home)

@@ -129,7 +129,7 @@ class HarborEvaluator(Evaluator):
             inside_work=row.workdir,
             inside_home="/root",
             binds=binds,
-            root=host_folders(leave_out=(top, "root", "tests", "logs")),
+            root=host_folders(leave_out=(top,)),
         )
 
     async def verify(

@@ -1,11 +1,13 @@
 """`LocalRuntime`: a session folder on this machine (a working copy and a HOME), each command in its
 own process group, under bubblewrap when it is installed.
 
-With bubblewrap: the host read-only, a private /tmp, the two folders writable at fixed paths on
-it (/tmp/polar/work and /tmp/polar/home, the same in every session), the harness toolchain and our
-scripts read-only beside them (/tmp/polar/tools, /tmp/polar/scripts), and by default (network "proxy") a network
-namespace of its own with only loopback, in which forward.py listens at the proxy's host:port and
-pipes to the gateway through a Unix socket. Without bubblewrap: plain processes, no isolation.
+With bubblewrap: the host's system folders read-only and none of its data (`sandbox.host_folders`: not the
+node's folders, the datasets, the task repositories, the stores), a private /tmp, the two folders writable
+at fixed paths on it (/tmp/polar/work and /tmp/polar/home, the same in every session), the harness toolchain
+and our scripts read-only beside them (/tmp/polar/tools, /tmp/polar/scripts), the task's `volumes` (e.g. the
+folder of an agent script of your own), and by default (network "proxy") a network namespace of its own
+with only loopback, in which forward.py listens at the proxy's host:port and pipes to the gateway through a
+Unix socket. Without bubblewrap: plain processes, no isolation.
 
 `workdir` puts the working copy where a task expects it (a Harbor task's /app: its solutions and tests write
 there by absolute path): bubblewrap binds it there, over the host's folders on an empty root
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Self
 from pydantic import Field, field_validator
 
 from ..config import Strict
-from ..sandbox import BWRAP_HOST, ProcessGroups, bwrap_argv, host_folders
+from ..sandbox import ProcessGroups, bwrap_argv, host_folders
 from . import toolchain
 from .base import (
     FORWARD_SCRIPT,
@@ -37,6 +39,7 @@ from .base import (
     inside_path,
     inside_url,
     make_folders,
+    parse_volume,
     remove_tree,
 )
 
@@ -54,10 +57,23 @@ class LocalSettings(Strict):
         None, description="where commands see the working copy, e.g. a Harbor task's /app (needs bubblewrap)"
     )
 
+    volumes: list[str] = Field(
+        default_factory=list,
+        description="host folders the sandbox sees, HOST:INSIDE[:ro|rw] (read-only by default), e.g. your agent "
+        "script's: nothing of the host but its system folders is there otherwise (needs bubblewrap)",
+    )
+
     @field_validator("workdir")
     @classmethod
     def _workdir(cls, workdir: str | None) -> str | None:
         return None if workdir is None else inside_path(workdir, "runtime.workdir")
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, volumes: list[str]) -> list[str]:
+        for volume in volumes:
+            parse_volume(volume)
+        return volumes
 
 
 class LocalRuntime(Runtime):
@@ -84,6 +100,7 @@ class LocalRuntime(Runtime):
             network=spec.network,
             env=spec.env,
             workdir=settings.workdir,
+            volumes=settings.volumes,
         )
 
     def __init__(
@@ -97,6 +114,7 @@ class LocalRuntime(Runtime):
         network: str = "proxy",
         env: dict[str, str] | None = None,
         workdir: str | None = None,
+        volumes: list[str] = (),
     ) -> None:
         self.folder = Path(root).resolve() / (session_id or uuid.uuid4().hex)
         self.work, self.home = self.folder / "work", self.folder / "home"
@@ -117,12 +135,13 @@ class LocalRuntime(Runtime):
         # under bubblewrap the session's folders sit at fixed paths on the sandbox's private /tmp, or the working
         # copy where the task wants it (its top folder the task's, not the host's)
         self.inside_work, self.inside_home = (IN_WORK, IN_HOME) if self.bwrap else (self.work, self.home)
-        self.workdir, self.root_args = workdir, BWRAP_HOST
+        self.workdir, self.root_args = workdir, host_folders()
         if self.bwrap and workdir:
             self.inside_work = Path(workdir)
             self.root_args = host_folders(leave_out=[Path(workdir).parts[1]])
         if self.bwrap:
             self.inside_tools, self.inside_scripts = IN_TOOLS, IN_SCRIPTS
+        self.volumes = [parse_volume(v) for v in volumes]
         self.groups = ProcessGroups()
 
     @property
@@ -157,6 +176,8 @@ class LocalRuntime(Runtime):
         if toolchain.TOOLS.is_dir():
             extra += ["--ro-bind", str(toolchain.TOOLS.resolve()), str(IN_TOOLS)]
         extra += ["--ro-bind", str(toolchain.SCRIPTS), str(IN_SCRIPTS)]
+        for host, inside, writable in self.volumes:
+            extra += ["--bind" if writable else "--ro-bind", host, inside]
         if self.tunnel is not None:
             sock_dir = str(self.tunnel.folder)
             extra += ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount

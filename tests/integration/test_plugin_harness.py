@@ -58,6 +58,7 @@ def test_a_harness_of_your_own_runs_through_polar_up(vllm, tmp_path, monkeypatch
             f"run_dir={tmp_path / 'runs'}",
             "harnesses=[{name: 'team_harness:OneCall', python: python3}]",
             "num_samples=2",
+            f"runtime.volumes=[{AGENT.parent}:{AGENT.parent}]",  # the sandbox sees no host folder it is not given
             "evaluator=session_completed",
             "vllm.start=false",
             f"proxy.upstream.url={vllm.url}",

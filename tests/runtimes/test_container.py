@@ -163,7 +163,7 @@ def test_image_command(tmp_path, no_engine):
         ({"kind": "image", "image": "/r", "memory": "2g"}, "runtime.memory"),
         ({"kind": "image", "image": "/r", "gpus": 1}, "runtime.gpus"),
         ({"kind": "local", "workdir": "testbed"}, "workdir"),  # local takes one too (a Harbor task's /app)
-        ({"kind": "local", "volumes": ["/a:/b"]}, "runtime.volumes"),
+        ({"kind": "local", "volumes": ["/a:/b:rx"]}, "runtime.volumes"),  # local takes them too (a script's folder)
         ({"kind": "docker", "image": "i", "workdir": "testbed"}, "workdir"),
         ({"kind": "docker", "image": "i", "workdir": "/polar/x"}, "/polar"),
         ({"kind": "docker", "image": "i", "volumes": ["/a"]}, "volumes"),

@@ -18,9 +18,13 @@ from nemo_polar.states import SessionState
 from nemo_polar.traces.export import read_jsonl
 
 
-def _request(session_id: str, **harness) -> DispatchRequest:
+def _request(session_id: str, runtime: dict | None = None, **harness) -> DispatchRequest:
     task = TaskSpec(
-        task_id="t1", instruction="Say hello.", harness={"name": "pi", "max_steps": 2} | harness, agent_timeout_s=120
+        task_id="t1",
+        instruction="Say hello.",
+        harness={"name": "pi", "max_steps": 2} | harness,
+        runtime=runtime or {},
+        agent_timeout_s=120,
     )
     return DispatchRequest(session_id=session_id, task=task, callback_url="http://unused")
 
@@ -62,7 +66,9 @@ def test_a_final_sessions_key_is_refused_and_its_records_stay_readable(proxy, tm
     keys = []
     open_session = proxy.proxy.open_session
     monkeypatch.setattr(proxy.proxy, "open_session", lambda **kw: keys.append(open_session(**kw)) or keys[-1])
-    result = run_one(proxy, tmp_path, _request("s-2", name="shell", command=f"python3 {ONE_CALL}"))
+    examples = f"{ONE_CALL.parent}:{ONE_CALL.parent}"  # the sandbox sees no host folder it is not given
+    request = _request("s-2", {"volumes": [examples]}, name="shell", command=f"python3 {ONE_CALL}")
+    result = run_one(proxy, tmp_path, request)
     assert result.status is SessionState.COMPLETED and result.proxy_session_id
     (opened,) = [s for s in proxy.proxy.store.sessions() if s.id == result.proxy_session_id]
     assert opened.metadata["rollout_session"] == "s-2"  # the one link between the two sessions
