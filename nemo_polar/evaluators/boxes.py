@@ -24,7 +24,8 @@ FILES = ".polar-eval"  # under a box's HOME: the files we hand it
 class HostBox:
     """A folder on this machine as a `Sandbox`. `inside_*` are where its commands see the folders (their
     host paths unless bound elsewhere, which needs bubblewrap); `binds` are more writable (host, inside)
-    folders, `root` bubblewrap's view of the host (`sandbox.host_folders` for paths the host lacks)."""
+    folders, `readable` host folders seen read-only at their own paths, `root` bubblewrap's view of the host
+    (`sandbox.host_folders`, by default all of it)."""
 
     def __init__(
         self,
@@ -35,11 +36,12 @@ class HostBox:
         inside_work: str | Path | None = None,
         inside_home: str | Path | None = None,
         binds: Sequence[tuple[Path, str]] = (),
+        readable: Sequence[Path] = (),
         root: Sequence[str] | None = None,
     ) -> None:
         self.work, self.home = Path(work), Path(home)
         self.inside_work, self.inside_home = Path(inside_work or work), Path(inside_home or home)
-        self.binds, self.root = list(binds), root
+        self.binds, self.readable, self.root = list(binds), list(readable), root
         self.bwrap = bwrap() if sandbox else None
         self.sandboxed = self.bwrap is not None  # asked, and bubblewrap is installed
 
@@ -56,7 +58,8 @@ class HostBox:
             # bubblewrap would start and then fail to exec it: say what a plain start would say
             raise FileNotFoundError(f"{argv[0]} not found")
         writable = [(self.work, self.inside_work), (self.home, self.inside_home), *self.binds]
-        full = bwrap_argv(self.bwrap, argv, writable, self.inside_work, network=False, root=self.root)
+        extra = [arg for path in self.readable for arg in ("--ro-bind", str(path), str(path))]
+        full = bwrap_argv(self.bwrap, argv, writable, self.inside_work, network=False, extra=extra, root=self.root)
         return await run_group(full, full_env, None, timeout)
 
 

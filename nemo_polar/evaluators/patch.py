@@ -41,6 +41,8 @@ JUNK = (
 )
 GIT_TIMEOUT_S = 120.0
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0"}
+# what a repository's own config could make git run, off (the box is a sandbox too)
+GIT_CONFIG = ("-c", "safe.directory=*", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
 CANNOT_RUN_RC = (TIMEOUT_RC, 126, 127)  # git itself timed out, or could not be executed
 
 
@@ -49,7 +51,7 @@ async def git(
 ) -> tuple[int, str, str]:
     """git in `box`'s working copy; GitError when it cannot start, or with `check` when it fails."""
     try:
-        rc, out, err = await box.exec(["git", "-c", "safe.directory=*", *args], GIT_ENV | (env or {}), GIT_TIMEOUT_S)
+        rc, out, err = await box.exec(["git", *GIT_CONFIG, *args], GIT_ENV | (env or {}), GIT_TIMEOUT_S)
     except OSError as exc:
         raise GitError(f"git could not start: {exc}") from exc
     if check and rc != 0:
@@ -81,9 +83,9 @@ async def read_patch(ctx: EvalContext, row: EvalRow, exclude: list[str] | tuple[
         return ctx.patch
     if ctx.sandbox is not None:
         box, history = ctx.sandbox, None
-    else:
-        box = HostBox(ctx.work, ctx.home or ctx.scratch)
+    else:  # git reads the working copy's .gitattributes (and, with no task repo, its config): sandboxed
         history = (row.task_repo(ctx.repo) or Path(ctx.work)) / ".git"
+        box = HostBox(ctx.work, ctx.home or ctx.scratch, sandbox=True, readable=[history.resolve()])
     return (await extract_patch(box, row.base_commit, exclude, history)).patch
 
 

@@ -70,3 +70,23 @@ def test_unknown_base_commit_and_missing_repo_are_errors(task_copy, tmp_path):
         _extract(work, tmp_path, repo=pristine, base_commit="0" * 40)
     with pytest.raises(GitError, match="not a git repository"):
         _extract(work, tmp_path, repo=tmp_path / "nowhere")
+
+
+def test_a_working_copys_git_config_runs_nothing_on_this_machine(task_copy, tmp_path):
+    """With no task repo the patch is read against the working copy's own .git: its config's filters and
+    fsmonitor are the agent's to write. What they run stays in the sandbox, and the host sees none of it."""
+    from nemo_polar.evaluators import EvalContext
+    from nemo_polar.evaluators.patch import read_patch
+    from nemo_polar.evaluators.row import EvalRow
+
+    _, row, _, work = task_copy("roman")
+    planted = tmp_path / "outside" / "ran"
+    planted.parent.mkdir()
+    hook = f"\"sh -c 'echo ran > {planted}; cat'\""  # quoted: a bare ; starts a comment in git's config
+    with (work / ".git" / "config").open("a") as config:
+        config.write(f"[filter \"x\"]\n\tclean = {hook}\n[core]\n\tfsmonitor = {hook}\n")
+    (work / ".gitattributes").write_text("* filter=x\n")
+    (work / "numerals" / "roman.py").write_text("changed\n")
+    ctx = EvalContext(fields=row, config={}, work=work, scratch=tmp_path / "scratch")
+    patch = asyncio.run(read_patch(ctx, EvalRow.parse(row | {"repo_path": None})))
+    assert "+changed" in patch and not planted.exists()
