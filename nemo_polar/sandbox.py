@@ -30,12 +30,22 @@ def bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
+PACKAGE = Path(__file__).resolve().parent  # this package: the bundled tasks' fixes and tests are in it
+# what root may do that a sandboxed command must not: remount the host read-write, make files immutable...
+NO_CAPABILITIES = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
+
+
 def _needed() -> list[str]:
-    """Host folders a sandboxed command needs beyond the system's: this Python's install (the forwarder and
-    the tests run with it) and this package (its editable install's path), read-only at their own paths."""
-    needed = {Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parent}
-    found = sorted({str(p.resolve()) for p in needed if p.exists()})
-    return [p for p in found if not any(p.startswith(q + "/") for q in found)]  # outermost only
+    """bubblewrap's arguments for what a sandboxed command needs of the host beyond its system folders: this
+    Python's install (the forwarder and the tests run with it) read-only at its own paths, with this package
+    hidden where it lies in it (a policy would read the bundled tasks' answers there)."""
+    found = sorted({str(p.resolve()) for p in (Path(sys.prefix), Path(sys.base_prefix)) if p.exists()})
+    args = []
+    for path in [p for p in found if not any(p.startswith(q + "/") for q in found)]:  # outermost only
+        args += ["--ro-bind", path, path]
+    if any(PACKAGE.is_relative_to(p) for p in found):
+        args += ["--tmpfs", str(PACKAGE)]
+    return args
 
 
 def bwrap_argv(
@@ -53,13 +63,11 @@ def bwrap_argv(
     must stay in the process group we kill; it has no controlling terminal anyway
     (start_new_session), so there is no tty to hijack. `root`: `host_folders()` (the default), or the
     same with some top-level folders left out."""
-    args: list[str] = []
-    for path in _needed():
-        args += ["--ro-bind", path, path]
+    args = _needed()
     for bind in writable:
         host, inside = bind if isinstance(bind, tuple) else (bind, bind)
         args += ["--bind", str(host), str(inside)]
-    args += ["--chdir", str(chdir), "--unshare-pid", "--die-with-parent"]
+    args += ["--chdir", str(chdir), "--unshare-pid", "--die-with-parent", *NO_CAPABILITIES]
     if not network:
         args.append("--unshare-net")  # a namespace of its own with only loopback
     return [binary, *(host_folders() if root is None else root), *args, *extra, "--", *argv]
@@ -149,9 +157,12 @@ class ProcessGroups:
         self.started.append(pgid)
         self.live.add(pgid)
 
-    def kill_all(self) -> None:
-        for pgid in list(self.live):
+    def kill_all(self) -> list[int]:
+        """Every group still running killed; their leaders."""
+        live = list(self.live)
+        for pgid in live:
             kill_group(pgid)
+        return live
 
 
 def kill_group(pgid: int) -> None:

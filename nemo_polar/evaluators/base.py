@@ -60,6 +60,7 @@ class EvalContext:
     timeout_s: float = 1200.0  # the whole evaluation; the caller may lower it to the session's budget
     sandbox: Sandbox | None = None  # the agent's runtime, when the session ran in an image
     fresh: Callable[[], Awaitable[Sandbox]] | None = None  # a fresh one of the same image (started once)
+    fresh_work: Callable[[], Awaitable[Sandbox]] | None = None  # that one, with the agent's working copy in it
 
 
 class Evaluation(BaseModel):

@@ -1,9 +1,10 @@
 """`harbor`: a Harbor task's own verifier, `tests/test.sh`, run in the session's sandbox, as Harbor runs it.
 
-The task's tests/ go to /tests, /logs/verifier starts empty (a reward file the agent left there is
-gone), and `/tests/test.sh > /logs/verifier/test-stdout.txt 2>&1` runs in the working directory under
-the verifier's timeout (`[verifier].timeout_sec`, or `timeout_s`) with `[verifier].env`. Its exit code
-means nothing; the reward is what it wrote:
+Every process the agent started is gone before the verifier starts (the gateway's `Runtime.quiesce`). /tests
+and /logs are made anew, real folders (a link or a file the agent planted there is removed, and named in
+`details.planted`), the task's tests/ go to /tests, and `/tests/test.sh > /logs/verifier/test-stdout.txt
+2>&1` runs in the working directory under the verifier's timeout (`[verifier].timeout_sec`, or `timeout_s`)
+with `[verifier].env`. Its exit code means nothing; the reward is what it wrote:
 
 - /logs/verifier/reward.json, a flat object of finite numbers, wins over reward.txt (one number).
   The reward is its `reward_key` ("reward"); a file with a single key is that key's value (as Harbor's
@@ -13,12 +14,19 @@ means nothing; the reward is what it wrote:
   is masked (`infrastructure_error`), never trained as 0. These are Harbor's own "no reward" errors
   (RewardFileNotFoundError, RewardFileEmptyError, VerifierOutputParseError, VerifierTimeoutError).
 
-Where: the agent's own sandbox, after the agent (Harbor's default, the verifier sharing the agent's
-environment): its runtime when the session ran in an image (docker, apptainer, image); for a `local`
-session, bubblewrap over the host's folders (`sandbox.host_folders`), no network, with the working copy
-at the task's workdir and /tests and /logs of their own (`local_box`); without bubblewrap the fixed paths
-cannot be made and the session is masked. The steps are the same in both: the tests go in through
-HOME, the verifier runs, its logs come out through HOME.
+Where (`verifier`):
+- `shared` (Harbor's default): the agent's own sandbox, after the agent, the verifier sharing what the
+  agent did to its environment (a program it put on PATH, a package it installed): its runtime when the
+  session ran in an image (docker, apptainer, image). For tasks whose work is that environment (install,
+  configure, serve).
+- `fresh`: a fresh sandbox of the task's image, with only the agent's working copy carried over, as the
+  agent left it: nothing else the agent changed is there. For tasks whose work is the working copy (fix,
+  write, compute): no program or package the agent planted runs in the verifier.
+For a `local` session both are bubblewrap over the host's system folders (`sandbox.host_folders`: the
+agent could change none of them), no network, with the working copy at the task's workdir and /tests and
+/logs of their own (`local_box`); without bubblewrap the fixed paths cannot be made and the session is
+masked. The steps are the same in all: the tests go in through HOME, the verifier runs, its logs come out
+through HOME.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -43,11 +51,17 @@ from .boxes import FILES, HostBox
 TESTS, LOGS = "/tests", "/logs/verifier"
 STEP_TIMEOUT_S = 60.0  # copying the tests in and the logs out
 RUN = f'cd "$1" && {TESTS}/test.sh > {LOGS}/test-stdout.txt 2>&1'
-# emptied rather than removed: on a local session they are mount points
-SET_UP = (
-    f"mkdir -p {TESTS} {LOGS} && find {TESTS} {LOGS} -mindepth 1 -delete"
-    f' && cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh'
-)
+PLANTED = "planted: "
+# /tests and /logs removed and made anew (on a local session they are mount points: emptied), then checked
+# to be folders of their own; what the agent left there is said first
+SET_UP = f"""
+for p in {TESTS} /logs {LOGS}; do if [ -L "$p" ]; then echo "{PLANTED}$p is a link"; fi; done
+if [ -d {LOGS} ] && [ -n "$(ls -A {LOGS} 2>/dev/null)" ]; then echo "{PLANTED}files in {LOGS}"; fi
+rm -rf {TESTS} /logs 2>/dev/null
+mkdir -p {TESTS} /logs && find {TESTS} /logs -mindepth 1 -delete && mkdir -p {LOGS} || exit 3
+for p in {TESTS} /logs {LOGS}; do if [ -L "$p" ] || [ ! -d "$p" ]; then echo "$p is not a folder" >&2; exit 3; fi; done
+cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh
+"""
 COLLECT = f'mkdir -p "$1" && cp -R {LOGS}/. "$1/"'
 
 
@@ -64,6 +78,11 @@ class HarborFields(BaseModel):
 
 class HarborSettings(Strict):
     timeout_s: float | None = Field(None, gt=0, description="the verifier's timeout instead of the task's")
+    verifier: Literal["shared", "fresh"] = Field(
+        "shared",
+        description="shared: in the agent's sandbox (Harbor's way); fresh: in a fresh sandbox of the task's image "
+        "with only the agent's working copy carried over (tasks whose work is the working copy)",
+    )
     reward_key: str = Field("reward", min_length=1, description="the key of reward.json that is the reward")
     env: dict[str, str] = Field(default_factory=dict, description="over the task's [verifier].env")
 
@@ -84,12 +103,14 @@ class HarborEvaluator(Evaluator):
         env = row.verifier_env | self.settings.env
         logs = ctx.scratch / "verifier"
         started = time.monotonic()
+        planted: list[str] = []
         try:
-            box = ctx.sandbox if ctx.sandbox is not None else self.local_box(ctx, row)
-            rc, problem = await self.verify(box, tests, env, timeout, logs)
+            box = await self.box(ctx, row)
+            rc, problem = await self.verify(box, tests, env, timeout, logs, planted)
         except (EvaluationError, OSError) as exc:
             rc, problem = None, f"the verifier could not run: {exc}"
         details: dict[str, Any] = {"test_rc": rc, "verifier_s": round(time.monotonic() - started, 3)}
+        details |= {"verifier": self.settings.verifier} | ({"planted": planted} if planted else {})
         details["log_tail"] = _tail(logs / "test-stdout.txt")
         if problem is None and rc == TIMEOUT_RC:
             problem = f"the verifier timed out after {timeout:g} s"
@@ -105,6 +126,16 @@ class HarborEvaluator(Evaluator):
         return Evaluation(
             reward=reward, components={key: reward}, details=details | {"rewards": rewards, "reward_key": key}
         )
+
+    async def box(self, ctx: EvalContext, row: HarborFields) -> Sandbox:
+        """Where the verifier runs: see the module's docstring."""
+        if ctx.sandbox is None:
+            return self.local_box(ctx, row)
+        if self.settings.verifier == "shared":
+            return ctx.sandbox
+        if ctx.fresh_work is None:
+            raise EvaluationError("verifier fresh: the session ran in an image, but no fresh sandbox of it can be made")
+        return await ctx.fresh_work()
 
     def local_box(self, ctx: EvalContext, row: HarborFields) -> HostBox:
         """A local session's working copy at the task's workdir, in bubblewrap over the host's folders, with
@@ -133,15 +164,17 @@ class HarborEvaluator(Evaluator):
         )
 
     async def verify(
-        self, box: Sandbox, tests: Path, env: dict[str, str], timeout: float, logs: Path
+        self, box: Sandbox, tests: Path, env: dict[str, str], timeout: float, logs: Path, planted: list[str]
     ) -> tuple[int | None, str | None]:
-        """In `box`: the tests in through HOME, the verifier's run, its logs out to `logs` through HOME."""
+        """In `box`: the tests in through HOME, the verifier's run, its logs out to `logs` through HOME; what
+        the agent had planted in the verifier's folders goes to `planted`."""
         hand = box.home / FILES
         await _replace(tests, hand / "tests")
         inside = str(box.inside_home / FILES)
         rc, out, err = await box.exec(["sh", "-c", SET_UP, "set-up", f"{inside}/tests"], None, STEP_TIMEOUT_S)
+        planted += [line.removeprefix(PLANTED) for line in out.splitlines() if line.startswith(PLANTED)]
         if rc != 0:
-            return rc, f"copying the tests to {TESTS} failed (rc {rc}): {(err or out).strip()[-500:]}"
+            return rc, f"making {TESTS} and {LOGS} failed (rc {rc}): {(err or out).strip()[-500:]}"
         rc, _, err = await box.exec(["sh", "-c", RUN, "verifier", str(box.inside_work)], env, timeout)
         if rc not in (0, TIMEOUT_RC) and err.startswith("bwrap:"):
             return rc, f"the verifier's sandbox failed: {err.strip()[-500:]}"

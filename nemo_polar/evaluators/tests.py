@@ -106,10 +106,11 @@ class TestsEvaluator(Evaluator):
             "test_timed_out": done.timed_out,
             "log_tail": (done.out + done.err)[-4000:],
         }
-        if (problem := self.cannot_run(done)) is not None:
+        records = self.guard_records(box) if self.settings.guard else []
+        if (problem := self.cannot_run(done, ran=any("started" in r for r in records))) is not None:
             return Evaluation.infra(problem, **details)
         if self.settings.guard and not done.timed_out:
-            guarded = self.guarded(box, done, row)
+            guarded = self.guarded(records, done, row)
             if isinstance(guarded, str):
                 return Evaluation.infra(guarded, **details)
             if guarded:
@@ -127,12 +128,15 @@ class TestsEvaluator(Evaluator):
         out = {key: sep.join(filter(None, (first, env.get(key)))) for key, (first, sep) in ahead.items()}
         return out | {"POLAR_GUARD": str(inside / GUARD_STATE)}
 
-    def guarded(self, box: Sandbox, done: Completed, row: EvalRow) -> list[str] | str:
-        """What the guard found wrong with the run (nothing: []), or why the run cannot be judged (masked)."""
+    def guard_records(self, box: Sandbox) -> list[dict[str, Any]]:
+        """What the guard wrote: its start, then what it found when pytest finished."""
         try:
-            records = [json.loads(line) for line in (box.home / FILES / GUARD_STATE).read_text().splitlines()]
+            return [json.loads(line) for line in (box.home / FILES / GUARD_STATE).read_text().splitlines()]
         except (OSError, ValueError):
-            records = []
+            return []
+
+    def guarded(self, records: list[dict[str, Any]], done: Completed, row: EvalRow) -> list[str] | str:
+        """What the guard found wrong with the run (nothing: []), or why the run cannot be judged (masked)."""
         statuses = parse_summary(done.out, row.tests)
         if not any("started" in r for r in records):
             if GUARD.stem in done.out + done.err:
@@ -145,6 +149,8 @@ class TestsEvaluator(Evaluator):
             return ["the test run ended before pytest did (the code under test ended the process)"]
         seen = last.get("outcomes") or {}
         found = list(last.get("tampered") or [])
+        if not statuses and any(test in seen for test in row.tests):
+            found.append(f"pytest's summary is missing; the guard saw {len(seen)} tests run")
         for test, status in statuses.items():
             expected = "skipped" if status == "SKIPPED" else "passed"
             if (status in PASSING or status == "SKIPPED") and seen.get(test) != expected:
@@ -196,12 +202,15 @@ class TestsEvaluator(Evaluator):
             return [part for arg in custom for part in (ids if arg == "{tests}" else [arg])]
         return [*custom, *ids]
 
-    def cannot_run(self, done: Completed) -> str | None:
-        """An infrastructure reason when the test command itself did not run, else None."""
+    def cannot_run(self, done: Completed, ran: bool = False) -> str | None:
+        """An infrastructure reason when the test command itself did not run, else None. `ran`: the guard saw
+        pytest start, so what the code under test printed or exited with says nothing of the command."""
         if done.rc is None:
             return f"the test command could not start: {done.error}"
         if done.timed_out:
             return "the test run timed out" if self.settings.timeout_is_infrastructure else None
+        if ran:
+            return None
         if done.rc in CANNOT_START_RC:
             return f"the test command could not start (rc {done.rc}): {done.err.strip()[-500:]}"
         if "No module named pytest" in done.err:

@@ -21,12 +21,14 @@ import shlex
 import shutil
 from pathlib import Path
 
+from ..errors import SandboxError
 from ..sandbox import ProcessGroups, kill_group, run_group
 from .base import CONTAINER_HOME, Bind, ContainerRuntime, EngineSettings, remove_tree
 from .inside import forward
 from .spec import RuntimeSpec
 
 START_TIMEOUT_S = 120.0
+QUIESCE = ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]  # every process the exec'ing shell may signal
 
 
 def apptainer_binary() -> str | None:
@@ -157,6 +159,16 @@ class ApptainerRuntime(ContainerRuntime):
     ) -> tuple[int, str, str]:
         full = exec_argv(self.binary, self.instance, argv, self.spec.env | (env or {}), str(self.inside_work))
         return await self.groups.run(full, self._env(), None, timeout)
+
+    async def quiesce(self) -> list[str]:
+        """Every process in the instance but its init killed: `kill -9 -1` from an exec (which spares that
+        shell and the init), our forwarder among them (nothing needs the proxy once the agent has ended)."""
+        left = [f"process group {pgid}" for pgid in self.groups.kill_all()]
+        if self.started:
+            rc, out, err = await self.exec(QUIESCE, timeout=60)
+            if rc not in (0, 137):
+                raise SandboxError(f"killing what the agent left in {self.instance} failed (rc {rc}): {err or out}")
+        return left
 
     async def stop(self) -> None:
         try:

@@ -126,6 +126,16 @@ class Runtime(Plugin, ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    async def quiesce(self) -> list[str]:
+        """Every process the agent started gone, before anything grades its work: what was still running
+        (and is now killed). The gateway calls it once the agent has ended, whatever the harness did."""
+        return []
+
+    async def changed_outside(self) -> list[str] | None:
+        """The paths outside the working copy and HOME the session changed in its sandbox (None: this kind
+        cannot tell). A verifier that shares the agent's environment runs with them."""
+        return None
+
 
 def inside_path(path: str, what: str) -> str:
     """`path` when it is absolute, not /, without .., and not under `RESERVED`."""
@@ -271,6 +281,49 @@ class ContainerRuntime(Runtime):
             raise SandboxError(
                 f"cutting the history of {self.inside_work} at {commit} failed (rc {rc}): {(err or out).strip()[-1000:]}"
             )
+
+
+ARCHIVE = "archive.py"  # inside/archive.py: a working copy packed in one sandbox, unpacked in another
+WORK_ARCHIVE = ".polar-work.tar"  # in HOME, on its way
+
+
+async def copy_work(source: ContainerRuntime, dest: ContainerRuntime) -> None:
+    """`source`'s working copy, as its session left it, made `dest`'s (a fresh sandbox of the same image, with
+    nothing else of the session): copied on this machine when both are folders here, else packed by our
+    script in `source` and unpacked by it in `dest` (what would leave the folder is left out)."""
+    if source.work is not None and dest.work is not None:
+        await asyncio.to_thread(_replace_folder, source.work, dest.work)
+        return
+    for box, argv in (
+        (source, ["pack", str(source.inside_work), str(source.inside_home / WORK_ARCHIVE)]),
+        (dest, ["unpack", str(dest.inside_home / WORK_ARCHIVE), str(dest.inside_work)]),
+    ):
+        if box is dest:
+            await asyncio.to_thread(shutil.move, source.home / WORK_ARCHIVE, dest.home / WORK_ARCHIVE)
+        script = [box.python(), "-I", "-S", str(box.inside_scripts / ARCHIVE), *argv]
+        rc, out, err = await box.exec(script, None, 600)
+        if rc != 0:
+            raise SandboxError(f"carrying the working copy: {argv[0]} failed (rc {rc}): {(err or out).strip()[-500:]}")
+    (dest.home / WORK_ARCHIVE).unlink(missing_ok=True)
+
+
+def _replace_folder(source: Path, dest: Path) -> None:
+    shutil.rmtree(dest)
+    shutil.copytree(source, dest, symlinks=True)
+
+
+def outside(paths: list[str], work: Path, limit: int = 200) -> list[str]:
+    """The changed `paths` (absolute, sorted) that are not the working copy, our own folders (/polar), or a
+    folder holding another changed path (an engine lists the parents of what changed as changed too); at most
+    `limit`, then how many more."""
+    keep = []
+    for i, path in enumerate(paths):
+        under = path == str(work) or path.startswith(str(work).rstrip("/") + "/")
+        ours = path == RESERVED or path.startswith(RESERVED + "/")
+        parent = i + 1 < len(paths) and paths[i + 1].startswith(path.rstrip("/") + "/")
+        if not (under or ours or parent):
+            keep.append(path)
+    return keep[:limit] + ([f"... and {len(keep) - limit} more"] if len(keep) > limit else [])
 
 
 def make_folders(folder: Path, work: Path | None, home: Path, repo: Path | None, commit: str | None = None) -> None:

@@ -28,9 +28,9 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SandboxError
 from ..sandbox import TIMEOUT_RC
-from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, EngineSettings, remove_tree
+from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, EngineSettings, outside, remove_tree
 from .dockerfile import Dockerfile
 from .inside import forward
 from .spec import RuntimeSpec
@@ -175,12 +175,13 @@ class DockerRuntime(ContainerRuntime):
             await self.stop()
             raise
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, seen: int = 0) -> None:
+        """Until the forwarder has said it is ready once more than `seen` times (a restart says it again)."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             self.container.reload()
             logs = self.container.logs().decode(errors="replace")
-            if forward.READY in logs:
+            if logs.count(forward.READY) > seen:
                 return
             if self.container.status == "exited":
                 raise RuntimeError(
@@ -212,6 +213,44 @@ class DockerRuntime(ContainerRuntime):
         if timeout is not None and rc in (124, 137) and time.monotonic() - t0 >= timeout:
             rc = TIMEOUT_RC
         return rc, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+
+    async def quiesce(self) -> list[str]:
+        """The container restarted (`restart -t 0`: everything in it killed, its files kept; our forwarder
+        starts again): what ran in it beyond our own processes, as the engine lists them (`docker top`, which
+        no program of the image can change)."""
+        if self.container is None:
+            return []
+        return await asyncio.to_thread(self._restart)
+
+    def _restart(self) -> list[str]:
+        ready = self.container.logs().decode(errors="replace").count(forward.READY)
+        left = [command for command in self._processes() if not self._ours(command)]
+        self.container.restart(timeout=0)
+        if self.tunnel is not None:
+            self._wait_ready(ready)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            after = [command for command in self._processes() if not self._ours(command)]
+            if not after:
+                return left
+            if time.monotonic() > deadline:  # `runc init` shows for a moment after a start
+                raise SandboxError(f"{self.instance} still runs processes of the agent after a restart: {after}")
+            time.sleep(0.05)
+
+    def _processes(self) -> list[str]:
+        return [row[-1] for row in self.container.top(ps_args="-eo pid,args")["Processes"] or []]
+
+    def _ours(self, command: str) -> bool:
+        """The container's init, our forwarder (and the child it serves from) or its `sleep infinity`."""
+        forwarder = " ".join(self.forwarded(["sleep", "infinity"], ready=True))
+        return command.startswith("/sbin/docker-init") or command in ("sleep infinity", forwarder)
+
+    async def changed_outside(self) -> list[str] | None:
+        """What the engine says changed in the container's own layer (`docker diff`), outside the working copy."""
+        if self.container is None:
+            return None
+        changes = await asyncio.to_thread(self.container.diff)
+        return outside(sorted(c["Path"] for c in changes or []), self.inside_work)
 
     async def stop(self) -> None:
         try:

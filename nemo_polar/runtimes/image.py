@@ -33,7 +33,7 @@ from pathlib import Path
 from pydantic import field_validator
 
 from ..sandbox import ProcessGroups
-from .base import ContainerRuntime, ContainerSettings, remove_tree
+from .base import ContainerRuntime, ContainerSettings, outside, remove_tree
 from .spec import RuntimeSpec
 
 # mount the overlay, then become the rest of the command line (bubblewrap)
@@ -101,7 +101,7 @@ class ImageRuntime(ContainerRuntime):
         for bind in self.binds():
             box += ["--bind" if bind.writable else "--ro-bind", str(bind.host), str(bind.inside)]
         box += ["--chdir", str(self.inside_work), "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        box += ["--hostname", "polar", "--die-with-parent"]
+        box += ["--hostname", "polar", "--die-with-parent", "--cap-drop", "ALL"]  # root inside, without its powers
         if self.spec.network != "host":
             box.append("--unshare-net")  # a namespace of its own with only loopback
         return [*ns, "--", *mount, *box, "--", *self.forwarded(argv)]
@@ -112,6 +112,26 @@ class ImageRuntime(ContainerRuntime):
         """Run to completion; at `timeout` the whole process group is killed and rc is TIMEOUT_RC."""
         full_env = {"PATH": self.path, "LANG": "C.UTF-8"} | self.command_env(env)
         return await self.groups.run(self.argv(argv), full_env, None, timeout)
+
+    async def quiesce(self) -> list[str]:
+        """The session's process groups killed; each command's pid namespace goes with it (local.py)."""
+        return [f"process group {pgid}" for pgid in self.groups.kill_all()]
+
+    async def changed_outside(self) -> list[str] | None:
+        """What the session wrote to its overlay's upper folder (the image is read-only), outside the
+        working copy; the mount points bubblewrap made are not changes."""
+
+        def walk() -> list[str]:
+            mounts = {str(b.inside) for b in self.binds()} | {"/dev", "/proc"}
+            found = []
+            for path in sorted(self.upper.rglob("*")):
+                inside = "/" + str(path.relative_to(self.upper))
+                empty_dir = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+                if not (empty_dir and any(m == inside or m.startswith(inside + "/") for m in mounts)):
+                    found.append(inside)
+            return outside(found, self.inside_work)
+
+        return await asyncio.to_thread(walk)
 
     async def stop(self) -> None:
         try:

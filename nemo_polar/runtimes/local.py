@@ -181,7 +181,8 @@ class LocalRuntime(Runtime):
         if self.tunnel is not None:
             sock_dir = str(self.tunnel.folder)
             extra += ["--ro-bind", sock_dir, sock_dir]  # connect() needs no write access to the mount
-            argv = forward_argv(HOST_PYTHON, str(FORWARD_SCRIPT), self.listen, str(self.tunnel.socket_path), argv)
+            forwarder = str(IN_SCRIPTS / FORWARD_SCRIPT.name)  # the package itself is not in the sandbox
+            argv = forward_argv(HOST_PYTHON, forwarder, self.listen, str(self.tunnel.socket_path), argv)
         writable = [(self.work, self.inside_work), (self.home, self.inside_home)]
         return bwrap_argv(
             self.bwrap,
@@ -199,6 +200,16 @@ class LocalRuntime(Runtime):
         """Run to completion; at `timeout` the whole process group is killed and rc is TIMEOUT_RC."""
 
         return await self.groups.run(self.wrap(argv), self.base_env() | (env or {}), self.work, timeout)
+
+    async def quiesce(self) -> list[str]:
+        """The session's process groups killed. Under bubblewrap each command has a pid namespace of its own
+        that goes with it (--unshare-pid, --die-with-parent): what left its group (setsid, a daemon) goes
+        too. Without bubblewrap such a process cannot be found: that session is not sandboxed."""
+        return [f"process group {pgid}" for pgid in self.groups.kill_all()]
+
+    async def changed_outside(self) -> list[str] | None:
+        """Nothing: the host is read-only and /tmp is each command's own (None without bubblewrap)."""
+        return [] if self.bwrap else None
 
     async def stop(self) -> None:
         self.groups.kill_all()

@@ -12,8 +12,11 @@ import pytest
 from nemo_polar.evaluators import EVALUATORS
 from nemo_polar.evaluators.base import EvalContext
 from nemo_polar.evaluators.harbor import pick, read_rewards
+from nemo_polar.runtimes.base import copy_work
 from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.tasks.check import ROOTFS_PYTHON
+
+from ..conftest import DOCKER_MISSING
 
 
 @pytest.mark.parametrize(
@@ -60,24 +63,39 @@ def task_folder(root: Path, test_sh: str, toml: str = "[verifier]\ntimeout_sec =
 
 
 def evaluate(tmp_path: Path, test_sh: str, block: dict, config: dict | None = None, agent: str = "echo 42 > out.txt"):
-    """A session in runtime `block`: the agent's command, then the evaluator, as the gateway calls them."""
+    """A session in runtime `block`: the agent's command, then what the gateway does before grading (what the
+    agent left running killed, what it changed outside its working copy noted: `details["changed"]` here),
+    then the evaluator, with a fresh sandbox of the image to carry the working copy to when it asks."""
     folder = task_folder(tmp_path / "task", test_sh)
     fields = {"harbor": {"path": str(folder), "workdir": "/app", "verifier_timeout_s": 30, "verifier_env": {"V": "x"}}}
     spec = RuntimeSpec.model_validate(block | {"network": "none"})
+    made = []
+
+    async def fresh_work():
+        made.append(spec.make(tmp_path / "runs", "s1-eval", ""))
+        await made[-1].start()
+        await copy_work(made[0], made[-1])
+        return made[-1]
 
     async def run():
-        rt = spec.make(tmp_path / "runs", "s1", "")
+        made.append(spec.make(tmp_path / "runs", "s1", ""))
+        rt = made[0]
         await rt.start()
         try:
             rc, _, err = await rt.exec(["sh", "-c", agent], None, 30)
             assert rc == 0, err
+            await rt.quiesce()
+            changed = await rt.changed_outside()
             ctx = EvalContext(
                 fields=fields, config=config or {}, work=rt.work, scratch=tmp_path / "scratch", home=rt.home,
-                sandbox=rt if rt.in_image else None,
+                sandbox=rt if rt.in_image else None, fresh_work=fresh_work if rt.in_image else None,
             )  # fmt: skip
-            return await EVALUATORS.make("harbor", config).evaluate(ctx)
+            result = await EVALUATORS.make("harbor", config).evaluate(ctx)
+            result.details["changed"] = changed
+            return result
         finally:
-            await rt.stop()
+            for box in made:
+                await box.stop()
 
     return asyncio.run(run())
 
@@ -126,3 +144,65 @@ def test_a_row_without_its_task_is_masked(tmp_path):
     assert result.reward is None and "test.sh: no such file" in result.infrastructure_error
     ctx.fields = {"instance_id": "a SWE-bench row"}
     assert "not a Harbor task row" in asyncio.run(EVALUATORS.make("harbor").evaluate(ctx)).infrastructure_error
+
+
+# A verifier that takes a while and writes 0 unless the agent's work is right (it never is here).
+SLOW_ZERO = "sleep 1; if cmp -s out.txt /tests/expected.txt; then r=1; else r=0; fi; echo $r > /logs/verifier/reward.txt\n"
+REWRITER = (  # detached from the harness, rewriting the reward while the verifier runs
+    "setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.05; done'"
+    " </dev/null >/dev/null 2>&1 & echo 41 > out.txt"
+)
+
+
+def containers(docker_engine: bool) -> list[str]:
+    return ["local", "image", *(["docker"] if docker_engine else [])]
+
+
+def block_of(kind: str) -> dict:
+    if kind == "docker":
+        from nemo_polar.local.docker_engine import image_name
+
+        return {"kind": "docker", "image": image_name("bookworm-python"), "workdir": "/app"}
+    return {b["kind"]: b for b in runtimes()}[kind]
+
+
+@pytest.fixture(params=["local", "image", "docker"])
+def kind(request) -> str:
+    if request.param == "docker":
+        if DOCKER_MISSING:
+            pytest.skip(DOCKER_MISSING)
+        request.getfixturevalue("docker")
+    return request.param
+
+
+def test_what_the_agent_left_running_is_gone_before_the_verifier(tmp_path, kind):
+    result = evaluate(tmp_path, SLOW_ZERO, block_of(kind), agent=REWRITER)
+    assert result.reward == 0.0, result.details
+
+
+def test_a_reward_planted_behind_a_link_is_not_taken(tmp_path, kind):
+    """/logs a link to the agent's folder, a reward.json (which wins over reward.txt) waiting there."""
+    plant = "mkdir -p /tmp/mine/verifier && echo '{\"reward\": 1}' > /tmp/mine/verifier/reward.json"
+    plant += " && rm -rf /logs && ln -s /tmp/mine /logs; echo 41 > out.txt"
+    result = evaluate(tmp_path, SLOW_ZERO, block_of(kind), agent=plant + (" || true" if kind == "local" else ""))
+    assert result.reward == 0.0, result.details
+    if kind != "local":  # a local session cannot even reach /logs
+        assert "/logs is a link" in result.details["planted"]
+
+
+def test_a_fresh_verifier_runs_nothing_the_agent_planted_in_its_image(tmp_path, kind):
+    """`cmp`, which the verifier trusts, replaced ahead on PATH: paid in the agent's own environment (Harbor's
+    way, `shared`), not in a fresh one, where the working copy alone is carried over."""
+    fake = "mkdir -p /usr/local/bin && printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/cmp && chmod +x /usr/local/bin/cmp"
+    agent = f"({fake}) 2>/dev/null; echo 41 > out.txt; mkdir -p sub && echo kept > sub/note"
+    check = SLOW_ZERO.replace("sleep 1; ", "test -f sub/note || exit 3; ")
+    fresh = evaluate(tmp_path / "fresh", check, block_of(kind), {"verifier": "fresh"}, agent=agent)
+    assert fresh.reward == 0.0 and fresh.details["verifier"] == "fresh", fresh.details
+    right = evaluate(tmp_path / "right", check, block_of(kind), {"verifier": "fresh"}, agent=agent.replace("41", "42"))
+    assert right.reward == 1.0, right.details  # the working copy itself is carried over
+    if kind == "local":  # nothing of the host is the agent's to change
+        assert fresh.details["changed"] == []
+        return
+    assert "/usr/local/bin/cmp" in fresh.details["changed"]
+    shared = evaluate(tmp_path / "shared", check, block_of(kind), agent=agent)
+    assert shared.reward == 1.0  # why `fresh` exists: Harbor's shared environment pays for the planted program

@@ -144,3 +144,13 @@ def test_the_rules_name_each_path_and_keep_what_a_fix_needs():
     assert left_out(["json.py"], {"json.py"}, NAMES) == {}
     # a package that loses its __init__.py puts its folder on the path
     assert "pkg/json.py" in left_out(["pkg/json.py", "pkg/__init__.py"], base, NAMES, deleted=["pkg/__init__.py"])
+
+
+def test_code_under_test_cannot_choose_to_be_masked_instead_of_scored(task_copy, tmp_path):
+    """What says "the test command could not start" (rc 127, no pytest) means nothing once the guard saw
+    pytest start: the code under test said it, and scores 0 rather than leaving the training batch."""
+    _, row, pristine, work = task_copy("roman")
+    forged = "import os, sys\nsys.stderr.write('No module named pytest\\n')\nos._exit(127)\n"
+    _write(work, {"numerals/__init__.py": forged})
+    result = _evaluate(row, pristine, work, tmp_path)
+    assert result.reward == 0.0 and result.infrastructure_error is None, result

@@ -114,6 +114,30 @@ def test_writes_outside_work_and_home_fail(proxy, tmp_path):
     assert not rt.folder.exists()
 
 
+def test_root_in_the_sandbox_has_none_of_roots_powers_and_no_package_to_read(tmp_path):
+    """Run as root, bubblewrap would keep every capability: a command could remount the host read-write or
+    make its files immutable (and its session folder undeletable). Nor is this package there to import (the
+    bundled tasks' fixes are in it), whatever the Python."""
+    rt = LocalRuntime(tmp_path / "s")
+    tries = {
+        "remount": "mount -o remount,bind,rw / 2>&1 || mount -o remount,rw /usr 2>&1",
+        "immutable": f"touch {rt.inside_work}/f && chattr +i {rt.inside_work}/f 2>&1",
+        "package": f"{sys.executable} -c 'import nemo_polar.tasks.bundled' 2>&1",
+    }
+
+    async def body():
+        await rt.start()
+        try:
+            return {name: await rt.exec(["sh", "-c", command]) for name, command in tries.items()}
+        finally:
+            await rt.stop()
+
+    done = go(body())
+    assert all(rc != 0 for rc, _, _ in done.values()), done
+    assert "ModuleNotFoundError" in done["package"][1]
+    assert not rt.folder.exists()  # nothing immutable was left to stop its removal
+
+
 def test_another_nodes_key_is_refused_in_the_callers_dialect(fake_upstream, proxy, tmp_path):
     with make_proxy(fake_upstream.url, tmp_path / "other") as other:
         foreign = other.proxy.sessions.open().api_key  # a real key, of a session that is not ours

@@ -3,7 +3,8 @@
 INIT: a sandbox (working copy + HOME), its `prepare` steps, and a proxy session whose key is the
 harness's API key.
 RUN: the harness, unchanged, inside the sandbox, bounded by the agent budget.
-POST-RUN: the proxy session is closed (its key refused from then on), its records become traces,
+POST-RUN: the proxy session is closed (its key refused from then on), every process the agent left is
+killed (`Runtime.quiesce`) and what it changed outside its working copy noted, its records become traces,
 the evaluator gives the reward (for a session in an image: in a fresh sandbox of the same image, started
 next to RUN with its `eval_prepare` steps), the sandboxes go. Whatever happened, POST-RUN produces a
 `SessionResult`; `on_result` delivers it. A POST-RUN that raises or runs out of time delivers none: the node
@@ -35,6 +36,7 @@ from ...harnesses.logs import keep_logs
 from ...records import Session as ProxySession
 from ...rollup import rollup
 from ...runtimes import TIMEOUT_RC, Runtime
+from ...runtimes.base import copy_work
 from ...runtimes.steps import run_steps
 from ...states import SessionState
 from ...traces import build
@@ -67,6 +69,8 @@ class Work:
     prepare: list[dict] | None = None  # the `prepare` steps' reports
     eval_runtime: Runtime | None = None  # the fresh sandbox grading a session that ran in an image
     eval_starting: asyncio.Task | None = None
+    agent_left: list[str] | None = None  # what still ran once the agent ended, killed before grading
+    changed_outside: list[str] | None = None  # paths the session changed outside its working copy
     infra_error: str | None = None  # set when the session failed for the node's sake: masked
     budget_spent: str | None = None  # why the proxy refused the session's calls for its budget
 
@@ -195,6 +199,7 @@ class HarnessStages:
             if runtime.in_image:  # the working copy and the tests' environment are the image's
                 work.eval_ctx.sandbox = runtime
                 work.eval_ctx.fresh = lambda: self._eval_runtime(job)
+                work.eval_ctx.fresh_work = lambda: self._fresh_work(job)
         return work.eval_ctx
 
     async def _eval_runtime(self, job: Job[Work]) -> Runtime:
@@ -204,6 +209,12 @@ class HarnessStages:
         if work.eval_starting is None:
             work.eval_starting = asyncio.ensure_future(self._start_eval_runtime(job))
         return await asyncio.shield(work.eval_starting)
+
+    async def _fresh_work(self, job: Job[Work]) -> Runtime:
+        """The fresh sandbox, with the agent's working copy as it left it and nothing else of the session."""
+        fresh = await self._eval_runtime(job)
+        await copy_work(job.data.runtime, fresh)
+        return fresh
 
     async def _start_eval_runtime(self, job: Job[Work]) -> Runtime:
         work, spec = job.data, job.data.request.task.runtime
@@ -238,6 +249,12 @@ class HarnessStages:
         ctx.status, ctx.exit_code = status, work.exit_code
         ctx.timeout_s = max(job.remaining(), EVAL_MIN_S)
         spec = work.request.task.evaluator
+        try:  # nothing of the agent may run on while its work is graded, whatever its harness did
+            work.agent_left = await work.runtime.quiesce()
+            work.changed_outside = await work.runtime.changed_outside()
+        except Exception as exc:
+            log.warning("ending what the agent left failed for %s", job.session_id, exc_info=True)
+            return Evaluation.infra(f"the agent's processes could not be ended: {type(exc).__name__}: {exc}")
         try:
             return await EVALUATORS.make(spec.kind, spec.config).evaluate(ctx)
         except Exception as exc:
@@ -290,6 +307,8 @@ class HarnessStages:
             | {"exit_code": work.exit_code, "agent_timed_out": work.agent_timed_out, "finished_at": time.time()}
             | {"logs": work.logs, "harness_version": work.harness_version, "evaluation_s": work.evaluation_s}
             | ({"budget_spent": work.budget_spent} if work.budget_spent else {})
+            | ({"agent_left": work.agent_left} if work.agent_left else {})
+            | ({"changed_outside_workdir": work.changed_outside} if work.changed_outside else {})
             | ({"prepare": work.prepare} if work.prepare else {})
             | ({"evaluation": evaluated} if evaluated else {}),
             rollup=summed,
