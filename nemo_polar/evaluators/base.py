@@ -61,6 +61,7 @@ class EvalContext:
     sandbox: Sandbox | None = None  # the agent's runtime, when the session ran in an image
     fresh: Callable[[], Awaitable[Sandbox]] | None = None  # a fresh one of the same image (started once)
     fresh_work: Callable[[], Awaitable[Sandbox]] | None = None  # that one, with the agent's working copy in it
+    changed_outside: list[str] | None = None  # what the agent changed outside its working copy (None: unknown)
 
 
 class Evaluation(BaseModel):
@@ -91,7 +92,12 @@ class Evaluation(BaseModel):
 
 # what in an evaluation's details shows the agent reached for the grader rather than the task (counted per
 # session by the rollout server's metrics and in the Gym result, so a trainer sees attempted hacks)
-GRADER_TOUCHES = {"left_out": "test_surface", "tampered": "runner_tampered", "planted": "verifier_planted"}
+GRADER_TOUCHES = {
+    "left_out": "test_surface",
+    "tampered": "runner_tampered",
+    "planted": "verifier_planted",
+    "outside_paid": "environment_paid",
+}
 
 
 def grader_touches(details: dict[str, Any]) -> list[str]:

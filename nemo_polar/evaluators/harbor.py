@@ -38,6 +38,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -78,10 +79,11 @@ class HarborFields(BaseModel):
 
 class HarborSettings(Strict):
     timeout_s: float | None = Field(None, gt=0, description="the verifier's timeout instead of the task's")
-    verifier: Literal["shared", "fresh"] = Field(
-        "shared",
-        description="shared: in the agent's sandbox (Harbor's way); fresh: in a fresh sandbox of the task's image "
-        "with only the agent's working copy carried over (tasks whose work is the working copy)",
+    verifier: Literal["auto", "shared", "fresh"] = Field(
+        "auto",
+        description="shared: in the agent's sandbox (Harbor's way: tasks whose work is the environment); fresh: in a "
+        "fresh sandbox of the task's image, only the agent's working copy carried over; auto: shared when the agent "
+        "changed nothing outside its working copy, else fresh, masked when only its own sandbox pays",
     )
     reward_key: str = Field("reward", min_length=1, description="the key of reward.json that is the reward")
     env: dict[str, str] = Field(default_factory=dict, description="over the task's [verifier].env")
@@ -99,18 +101,40 @@ class HarborEvaluator(Evaluator):
         tests = Path(row.path) / "tests"
         if not (tests / "test.sh").is_file():
             return Evaluation.infra(f"{tests}/test.sh: no such file")
+        mode = self.settings.verifier
+        if ctx.sandbox is None:  # on this machine the agent could change nothing but its working copy
+            return await self.judge(ctx, row, "local", lambda: _ready(self.local_box(ctx, row)))
+        if mode == "auto" and ctx.changed_outside == []:
+            mode = "shared"  # nothing else of the environment is the agent's: as good as fresh
+        if mode == "shared":
+            return await self.judge(ctx, row, mode, lambda: _ready(ctx.sandbox))
+        fresh = await self.judge(ctx, row, "fresh", lambda: self.fresh_box(ctx))
+        if mode == "fresh" or fresh.reward is None:
+            return fresh
+        shared = await self.judge(ctx, row, "shared", lambda: _ready(ctx.sandbox))
+        planted = {"planted": shared.details["planted"]} if shared.details.get("planted") else {}
+        if shared.reward is not None and shared.reward > fresh.reward:
+            why = (
+                f"the reward rests on what the agent changed outside its working copy: {shared.reward:g} in its own "
+                f"sandbox, {fresh.reward:g} in a fresh one (verifier: shared pays it, for tasks whose work is there)"
+            )
+            return Evaluation.infra(why, **fresh.details, **planted, outside_paid=shared.reward)
+        return fresh.model_copy(update={"details": fresh.details | planted})
+
+    async def judge(
+        self, ctx: EvalContext, row: HarborFields, where: str, box: Callable[[], Awaitable[Sandbox]]
+    ) -> Evaluation:
+        """One run of the verifier in the sandbox `box` gives, and its reward as Harbor reads it."""
         timeout = min(self.settings.timeout_s or row.verifier_timeout_s, ctx.timeout_s)
-        env = row.verifier_env | self.settings.env
-        logs = ctx.scratch / "verifier"
+        logs = ctx.scratch / f"verifier-{where}"
         started = time.monotonic()
         planted: list[str] = []
         try:
-            box = await self.box(ctx, row)
-            rc, problem = await self.verify(box, tests, env, timeout, logs, planted)
+            rc, problem = await self.verify(await box(), row, timeout, logs, planted)
         except (EvaluationError, OSError) as exc:
             rc, problem = None, f"the verifier could not run: {exc}"
         details: dict[str, Any] = {"test_rc": rc, "verifier_s": round(time.monotonic() - started, 3)}
-        details |= {"verifier": self.settings.verifier} | ({"planted": planted} if planted else {})
+        details |= {"verifier": where} | ({"planted": planted} if planted else {})
         details["log_tail"] = _tail(logs / "test-stdout.txt")
         if problem is None and rc == TIMEOUT_RC:
             problem = f"the verifier timed out after {timeout:g} s"
@@ -127,14 +151,9 @@ class HarborEvaluator(Evaluator):
             reward=reward, components={key: reward}, details=details | {"rewards": rewards, "reward_key": key}
         )
 
-    async def box(self, ctx: EvalContext, row: HarborFields) -> Sandbox:
-        """Where the verifier runs: see the module's docstring."""
-        if ctx.sandbox is None:
-            return self.local_box(ctx, row)
-        if self.settings.verifier == "shared":
-            return ctx.sandbox
+    async def fresh_box(self, ctx: EvalContext) -> Sandbox:
         if ctx.fresh_work is None:
-            raise EvaluationError("verifier fresh: the session ran in an image, but no fresh sandbox of it can be made")
+            raise EvaluationError("the session ran in an image, but no fresh sandbox of it can be made")
         return await ctx.fresh_work()
 
     def local_box(self, ctx: EvalContext, row: HarborFields) -> HostBox:
@@ -164,12 +183,12 @@ class HarborEvaluator(Evaluator):
         )
 
     async def verify(
-        self, box: Sandbox, tests: Path, env: dict[str, str], timeout: float, logs: Path, planted: list[str]
+        self, box: Sandbox, row: HarborFields, timeout: float, logs: Path, planted: list[str]
     ) -> tuple[int | None, str | None]:
         """In `box`: the tests in through HOME, the verifier's run, its logs out to `logs` through HOME; what
         the agent had planted in the verifier's folders goes to `planted`."""
-        hand = box.home / FILES
-        await _replace(tests, hand / "tests")
+        hand, env = box.home / FILES, row.verifier_env | self.settings.env
+        await _replace(Path(row.path) / "tests", hand / "tests")
         inside = str(box.inside_home / FILES)
         rc, out, err = await box.exec(["sh", "-c", SET_UP, "set-up", f"{inside}/tests"], None, STEP_TIMEOUT_S)
         planted += [line.removeprefix(PLANTED) for line in out.splitlines() if line.startswith(PLANTED)]
@@ -233,6 +252,10 @@ async def _replace(src: Path, dest: Path) -> None:
             shutil.copytree(src, dest, symlinks=True)
 
     await asyncio.to_thread(copy)
+
+
+async def _ready(box: Sandbox) -> Sandbox:
+    return box
 
 
 def _tail(path: Path, n: int = 4000) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..evaluators.base import EvalContext, Evaluation
+from ..runtimes.fresh import FreshSandbox
 from ..evaluators.boxes import FILES, HostBox
 from ..evaluators.harbor import HarborEvaluator
 from ..evaluators.patch import apply_patch
@@ -143,14 +144,15 @@ async def _check_harbor(
     async with gate:
         spec = RuntimeSpec.model_validate(task.runtime(block | {"network": "none"}, copy))
         name = f"{task.task_id}-{kind}-{check}"
-        runtime = spec.make(runs, name, "")
+        runtime, fresh = spec.make(runs, name, ""), FreshSandbox(spec, runs, f"{name}-eval")
         try:
             await runtime.start()
-            result = await _solve_and_verify(task, runtime, HARBOR_SCRIPTS[check], runs / f"{name}-scratch")
+            result = await _solve_and_verify(task, runtime, fresh, HARBOR_SCRIPTS[check], runs / f"{name}-scratch")
         except Exception as exc:  # a runtime that does not start is a failed check, with its reason
             return fail | {"detail": f"{type(exc).__name__}: {exc}"}
         finally:
             await runtime.stop()
+            await fresh.stop()
             await asyncio.to_thread(shutil.rmtree, runs / f"{name}-scratch", True)
     if isinstance(result, str):
         return fail | {"detail": result}
@@ -163,7 +165,10 @@ async def _check_harbor(
     return None
 
 
-async def _solve_and_verify(task: HarborTask, runtime: Any, script: str | None, scratch: Path) -> Evaluation | str:
+async def _solve_and_verify(
+    task: HarborTask, runtime: Any, fresh: FreshSandbox, script: str | None, scratch: Path
+) -> Evaluation | str:
+    """The solution as the agent, then what the gateway does before grading, then the task's verifier."""
     if script is not None:
         await asyncio.to_thread(shutil.copytree, task.solution, runtime.home / FILES / "solution")
         path = runtime.inside_home / FILES / "solution" / script
@@ -171,6 +176,7 @@ async def _solve_and_verify(task: HarborTask, runtime: Any, script: str | None, 
         if rc != 0:
             return f"solution/{script} failed (rc {rc}): {(err or out).strip()[-500:]}"
     in_image = runtime.in_image
+    await runtime.quiesce()
     ctx = EvalContext(
         fields=task.fields(),
         config={},
@@ -178,6 +184,8 @@ async def _solve_and_verify(task: HarborTask, runtime: Any, script: str | None, 
         scratch=scratch,
         home=runtime.home,
         sandbox=runtime if in_image else None,
+        fresh_work=(lambda: fresh.with_work(runtime)) if in_image else None,
+        changed_outside=await runtime.changed_outside(),
     )
     return await HarborEvaluator().evaluate(ctx)
 

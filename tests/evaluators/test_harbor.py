@@ -89,6 +89,7 @@ def evaluate(tmp_path: Path, test_sh: str, block: dict, config: dict | None = No
             ctx = EvalContext(
                 fields=fields, config=config or {}, work=rt.work, scratch=tmp_path / "scratch", home=rt.home,
                 sandbox=rt if rt.in_image else None, fresh_work=fresh_work if rt.in_image else None,
+                changed_outside=changed,
             )  # fmt: skip
             result = await EVALUATORS.make("harbor", config).evaluate(ctx)
             result.details["changed"] = changed
@@ -197,12 +198,23 @@ def test_a_fresh_verifier_runs_nothing_the_agent_planted_in_its_image(tmp_path, 
     agent = f"({fake}) 2>/dev/null; echo 41 > out.txt; mkdir -p sub && echo kept > sub/note"
     check = SLOW_ZERO.replace("sleep 1; ", "test -f sub/note || exit 3; ")
     fresh = evaluate(tmp_path / "fresh", check, block_of(kind), {"verifier": "fresh"}, agent=agent)
-    assert fresh.reward == 0.0 and fresh.details["verifier"] == "fresh", fresh.details
+    assert fresh.reward == 0.0 and fresh.details["verifier"] == ("local" if kind == "local" else "fresh")
     right = evaluate(tmp_path / "right", check, block_of(kind), {"verifier": "fresh"}, agent=agent.replace("41", "42"))
     assert right.reward == 1.0, right.details  # the working copy itself is carried over
     if kind == "local":  # nothing of the host is the agent's to change
         assert fresh.details["changed"] == []
         return
     assert "/usr/local/bin/cmp" in fresh.details["changed"]
-    shared = evaluate(tmp_path / "shared", check, block_of(kind), agent=agent)
+    shared = evaluate(tmp_path / "shared", check, block_of(kind), {"verifier": "shared"}, agent=agent)
     assert shared.reward == 1.0  # why `fresh` exists: Harbor's shared environment pays for the planted program
+    auto = evaluate(tmp_path / "auto", check, block_of(kind), agent=agent)  # the default
+    assert auto.reward is None and "rests on what the agent changed" in auto.infrastructure_error
+    assert auto.details["outside_paid"] == 1.0
+    auto_right = evaluate(tmp_path / "auto-right", check, block_of(kind), agent=agent.replace("41", "42"))
+    assert auto_right.reward == 1.0 and auto_right.details["verifier"] == "fresh"
+
+
+def test_auto_grades_in_the_agents_own_sandbox_when_it_changed_nothing_else(tmp_path):
+    block = block_of("image")
+    result = evaluate(tmp_path, GRADES + "echo $r > /logs/verifier/reward.txt\n", block)
+    assert result.reward == 1.0 and result.details["verifier"] == "shared" and result.details["changed"] == []

@@ -51,7 +51,12 @@ def test_without_its_expectations_a_partial_score_and_a_broken_verifier_are_fail
 def test_a_verifiers_other_numbers_are_metrics_not_reward_components():
     result = {"stats": {"evaluation": {"details": {"rewards": {"reward": 0.5, "lines_ok": 1, "lines_total": 2},
                                                    "reward_key": "reward"}}}}  # fmt: skip
-    none = {"polar_grader_test_surface": 0.0, "polar_grader_runner_tampered": 0.0, "polar_grader_verifier_planted": 0.0}
+    none = {
+        "polar_grader_test_surface": 0.0,
+        "polar_grader_runner_tampered": 0.0,
+        "polar_grader_verifier_planted": 0.0,
+        "polar_grader_environment_paid": 0.0,
+    }
     assert verifier_metrics(result) == {"verifier_lines_ok": 1.0, "verifier_lines_total": 2.0} | none
     assert verifier_metrics({"stats": {}}) == none
     touched = {"stats": {"evaluation": {"details": {"left_out": {"conftest.py": "..."}, "tampered": []}}}}

@@ -36,7 +36,7 @@ from ...harnesses.logs import keep_logs
 from ...records import Session as ProxySession
 from ...rollup import rollup
 from ...runtimes import TIMEOUT_RC, Runtime
-from ...runtimes.base import copy_work
+from ...runtimes.fresh import FreshSandbox
 from ...runtimes.steps import run_steps
 from ...states import SessionState
 from ...traces import build
@@ -67,8 +67,7 @@ class Work:
     evaluation_s: float | None = None
     eval_ctx: EvalContext | None = None
     prepare: list[dict] | None = None  # the `prepare` steps' reports
-    eval_runtime: Runtime | None = None  # the fresh sandbox grading a session that ran in an image
-    eval_starting: asyncio.Task | None = None
+    fresh: FreshSandbox | None = None  # where a session that ran in an image is graded
     agent_left: list[str] | None = None  # what still ran once the agent ended, killed before grading
     changed_outside: list[str] | None = None  # paths the session changed outside its working copy
     infra_error: str | None = None  # set when the session failed for the node's sake: masked
@@ -178,7 +177,8 @@ class HarnessStages:
         finally:
             if work.runtime is not None:
                 await work.runtime.stop()
-            await self._stop_eval_runtime(work)
+            if work.fresh is not None:
+                await work.fresh.stop()
             if work.eval_ctx is not None:
                 await asyncio.to_thread(shutil.rmtree, work.eval_ctx.scratch, True)
         await self.on_result(result)
@@ -197,41 +197,10 @@ class HarnessStages:
                 home=runtime.home,
             )
             if runtime.in_image:  # the working copy and the tests' environment are the image's
-                work.eval_ctx.sandbox = runtime
-                work.eval_ctx.fresh = lambda: self._eval_runtime(job)
-                work.eval_ctx.fresh_work = lambda: self._fresh_work(job)
+                work.fresh = fresh = FreshSandbox(task.runtime, self.root, f"{job.session_id}-eval", self.proxy_url)
+                work.eval_ctx.sandbox, work.eval_ctx.fresh = runtime, fresh.get
+                work.eval_ctx.fresh_work = lambda: fresh.with_work(runtime)
         return work.eval_ctx
-
-    async def _eval_runtime(self, job: Job[Work]) -> Runtime:
-        """A fresh sandbox of the session's image, no network, its `eval_prepare` steps done (else its
-        `prepare` steps): started once, by prewarm or evaluate, whichever asks first."""
-        work = job.data
-        if work.eval_starting is None:
-            work.eval_starting = asyncio.ensure_future(self._start_eval_runtime(job))
-        return await asyncio.shield(work.eval_starting)
-
-    async def _fresh_work(self, job: Job[Work]) -> Runtime:
-        """The fresh sandbox, with the agent's working copy as it left it and nothing else of the session."""
-        fresh = await self._eval_runtime(job)
-        await copy_work(job.data.runtime, fresh)
-        return fresh
-
-    async def _start_eval_runtime(self, job: Job[Work]) -> Runtime:
-        work, spec = job.data, job.data.request.task.runtime
-        fresh = spec.model_copy(update={"network": "none"})
-        work.eval_runtime = fresh.make(self.root, f"{job.session_id}-eval", self.proxy_url)
-        await work.eval_runtime.start()
-        steps = spec.eval_prepare if spec.eval_prepare is not None else spec.prepare
-        await run_steps(work.eval_runtime, steps, "eval_prepare")
-        return work.eval_runtime
-
-    async def _stop_eval_runtime(self, work: Work) -> None:
-        if work.eval_starting is not None and not work.eval_starting.done():
-            work.eval_starting.cancel()
-            await asyncio.gather(work.eval_starting, return_exceptions=True)
-        if work.eval_runtime is not None:
-            runtime, work.eval_runtime = work.eval_runtime, None
-            await runtime.stop()
 
     async def _evaluate(self, job: Job[Work]) -> Evaluation | None:
         """None when the agent never ran (masked); a bad task or a failing evaluator is masked too."""
@@ -251,7 +220,7 @@ class HarnessStages:
         spec = work.request.task.evaluator
         try:  # nothing of the agent may run on while its work is graded, whatever its harness did
             work.agent_left = await work.runtime.quiesce()
-            work.changed_outside = await work.runtime.changed_outside()
+            ctx.changed_outside = work.changed_outside = await work.runtime.changed_outside()
         except Exception as exc:
             log.warning("ending what the agent left failed for %s", job.session_id, exc_info=True)
             return Evaluation.infra(f"the agent's processes could not be ended: {type(exc).__name__}: {exc}")
