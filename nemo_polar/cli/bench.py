@@ -101,6 +101,15 @@ def _bench_scale(args: argparse.Namespace) -> int:
     return 0 if result["lost"] == 0 and result["dispatched_twice"] == 0 else 1
 
 
+def _bench_grading(args: argparse.Namespace) -> int:
+    from ..bench.grading import run
+
+    result = run(commits=args.commits, repeats=args.repeats, tasks=args.tasks)
+    _print(result, args)
+    cut = all(not h["future_after"] for h in result["history"])
+    return 0 if cut and result["evaluation"]["rewards"]["defended"] == [1.0] else 1
+
+
 def _bench_view(args: argparse.Namespace) -> int:
     from ..bench.view import run
 
@@ -192,6 +201,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     bscale.add_argument("--nodes", type=int, default=16)
     bscale.add_argument("--group", type=int, default=8, help="samples per task (a GRPO group)")
     bscale.add_argument("--duration", type=float, default=40.0, help="seconds each simulated session runs")
+    bgrade = _add(
+        bench, "grading", "the grader's defences against none: the history cut, the test surface, the guard", _bench_grading
+    )
+    bgrade.add_argument("--commits", type=int, default=10_000, help="the largest repository's commits (and 1/4, 1/2)")
+    bgrade.add_argument("--repeats", type=int, default=3, help="runs of each measure (the median)")
+    bgrade.add_argument("--tasks", type=int, default=3, help="bundled tasks graded with their reference fix")
     bview = _add(bench, "view", "polar view in headless chromium: a big run's list and a long trace", _bench_view)
     bview.add_argument("--calls", type=int, default=10_000, help="calls in the run's record store")
     bview.add_argument("--trace-tokens", type=int, default=100_000, help="tokens of the long session's trace")

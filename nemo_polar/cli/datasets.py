@@ -18,7 +18,8 @@ def _data_swe(args: argparse.Namespace) -> int:
 
 def _tasks_check(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
-    from ..tasks.check import check_tasks
+    from ..tasks.check import check_tasks, history_warnings
+    from ..tasks.dataset import load_jsonl
     from ..tasks.harbor import load_dataset
 
     expected = None
@@ -27,18 +28,24 @@ def _tasks_check(args: argparse.Namespace) -> int:
             expected = json.loads(Path(args.expect).read_text())
         except ValueError as exc:
             raise ConfigError(f"--expect {args.expect}: not JSON: {exc}") from None
-    if args.harbor:  # a folder of the user's own: its Harbor tasks alone
+    if args.swe:  # a dataset of SWE rows: what its repositories carry past base_commit
+        report = {"tasks": 0, "checks": 0, "correct": 0, "failures": [], "elapsed_s": 0.0}
+    elif args.harbor:  # a folder of the user's own: its Harbor tasks alone
         report = check_tasks((), args.workers, load_dataset(args.harbor), expected=expected)
     else:
         report = check_tasks(workers=args.workers, expected=expected)
+    report["warnings"] = history_warnings(load_jsonl(args.swe)) if args.swe else []
     if args.json:
         print(json.dumps(report))
     else:
         n, took = report["tasks"], report["elapsed_s"]
-        print(f"{report['correct']}/{report['checks']} checks right over {n} tasks in {took}s")
+        if n:
+            print(f"{report['correct']}/{report['checks']} checks right over {n} tasks in {took}s")
         for f in report["failures"]:
             where = f" ({f['runtime']})" if "runtime" in f else ""
             print(f"  {f['task']} {f['check']}{where}: got {f['got']}, expected {f['expected']}: {f['detail']}")
+        for w in report["warnings"]:
+            print(f"  warning: {w['task']}: {w['warning']} (sessions get it cut at base_commit)")
     return 0 if not report["failures"] else 1
 
 
@@ -71,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="DIR",
         help="a folder of Harbor tasks of your own, instead of the bundled set",
+    )
+    tcheck.add_argument(
+        "--swe",
+        default=None,
+        metavar="FILE",
+        help="a JSONL of SWE rows: warn about each repo_path that holds history past its base_commit",
     )
     tcheck.add_argument(
         "--expect",

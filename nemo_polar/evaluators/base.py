@@ -42,6 +42,10 @@ class Sandbox(Protocol):
         self, argv: list[str], env: dict[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]: ...
 
+    async def quiesce(self) -> list[str]:
+        """Every process its commands left running killed (what was)."""
+        ...
+
 
 @dataclass
 class EvalContext:

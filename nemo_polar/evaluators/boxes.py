@@ -62,6 +62,11 @@ class HostBox:
         full = bwrap_argv(self.bwrap, argv, writable, self.inside_work, network=False, extra=extra, root=self.root)
         return await run_group(full, full_env, None, timeout)
 
+    async def quiesce(self) -> list[str]:
+        """Nothing: under bubblewrap what a command left goes with its pid namespace; without it, the box is
+        no sandbox (`sandboxed` says so)."""
+        return []
+
 
 async def run_in(box: Sandbox, argv: list[str], env: dict[str, str] | None, timeout: float | None) -> Completed:
     """`argv` in `box`'s working copy; a command that cannot start is a `Completed` with rc None."""

@@ -63,7 +63,7 @@ mkdir -p {TESTS} /logs && find {TESTS} /logs -mindepth 1 -delete && mkdir -p {LO
 for p in {TESTS} /logs {LOGS}; do if [ -L "$p" ] || [ ! -d "$p" ]; then echo "$p is not a folder" >&2; exit 3; fi; done
 cp -R "$1/." {TESTS}/ && chmod +x {TESTS}/test.sh
 """
-COLLECT = f'mkdir -p "$1" && cp -R {LOGS}/. "$1/"'
+COLLECT = f'mkdir -p "$1" && cp -Rp {LOGS}/. "$1/"'  # -p: when each file was written
 
 
 class HarborFields(BaseModel):
@@ -195,12 +195,19 @@ class HarborEvaluator(Evaluator):
         if rc != 0:
             return rc, f"making {TESTS} and {LOGS} failed (rc {rc}): {(err or out).strip()[-500:]}"
         rc, _, err = await box.exec(["sh", "-c", RUN, "verifier", str(box.inside_work)], env, timeout)
+        ended = time.time()
         if rc not in (0, TIMEOUT_RC) and err.startswith("bwrap:"):
             return rc, f"the verifier's sandbox failed: {err.strip()[-500:]}"
+        left = await box.quiesce()  # what the code it ran left behind must not write the reward from here on
         done, out, err = await box.exec(["sh", "-c", COLLECT, "collect", f"{inside}/verifier"], None, STEP_TIMEOUT_S)
         if done != 0 and rc != TIMEOUT_RC:
             return rc, f"reading {LOGS} back failed (rc {done}): {(err or out).strip()[-500:]}"
         await _replace(hand / "verifier", logs)
+        late = [p.name for p in logs.glob("reward.*") if p.stat().st_mtime > ended]
+        if late:  # written by something that outlived the verifier: not the verifier's word
+            planted += [f"{name} written after the verifier ended (by {left or 'a process it left'})" for name in late]
+            for name in late:
+                (logs / name).unlink()
         return rc, None
 
 

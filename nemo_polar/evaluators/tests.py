@@ -61,6 +61,11 @@ class TestsConfig(Strict):
         True, description="run the agent's code under bubblewrap (where installed): only the copy writable, no network"
     )
     timeout_is_infrastructure: bool = False
+    surface: bool = Field(
+        True,
+        description="leave the agent's changes to the test surface out of its patch (surface.py); false applies "
+        "the whole patch but the hidden tests' files, as SWE-bench's harness does (to compare with its numbers)",
+    )
     guard: bool = Field(
         True,
         description="load the guard into pytest and pay nothing for a run the code under test took over; false "
@@ -89,7 +94,7 @@ class TestsEvaluator(Evaluator):
         if not patch.strip() and not self.settings.run_empty:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
         try:
-            left_out = await surface_changes(box, patch, test_files, self.python(ctx))
+            left_out = await surface_changes(box, patch, test_files, self.python(ctx)) if self.settings.surface else {}
             applied, why = await apply_patch(box, patch, "agent.diff", exclude=[*test_files, *left_out])
         except GitError as exc:
             return Evaluation.infra(str(exc), **details)

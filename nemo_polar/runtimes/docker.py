@@ -215,9 +215,9 @@ class DockerRuntime(ContainerRuntime):
         return rc, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
 
     async def quiesce(self) -> list[str]:
-        """The container restarted (`restart -t 0`: everything in it killed, its files kept; our forwarder
-        starts again): what ran in it beyond our own processes, as the engine lists them (`docker top`, which
-        no program of the image can change)."""
+        """What ran in the container beyond our own processes, as the engine lists them (`docker top`, which no
+        program of the image can change); when anything did, the container restarted (`restart -t 0`: all of it
+        killed, its files kept, our forwarder started again) and checked again."""
         if self.container is None:
             return []
         return await asyncio.to_thread(self._restart)
@@ -225,6 +225,8 @@ class DockerRuntime(ContainerRuntime):
     def _restart(self) -> list[str]:
         ready = self.container.logs().decode(errors="replace").count(forward.READY)
         left = [command for command in self._processes() if not self._ours(command)]
+        if not left:  # nothing of the agent runs, so nothing can start again
+            return left
         self.container.restart(timeout=0)
         if self.tunnel is not None:
             self._wait_ready(ready)

@@ -27,15 +27,17 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..evaluators.base import EvalContext, Evaluation
-from ..runtimes.fresh import FreshSandbox
 from ..evaluators.boxes import FILES, HostBox
 from ..evaluators.harbor import HarborEvaluator
 from ..evaluators.patch import apply_patch
 from ..evaluators.tests import TestsEvaluator
 from ..local.vllm_server import DEPS
 from ..runtimes.docker import DockerRuntime
+from ..runtimes.fresh import FreshSandbox
+from ..runtimes.history import future
 from ..runtimes.spec import RuntimeSpec
 from .bundled import TASKS
+from .dataset import TaskRow
 from .harbor import HarborTask, bundled
 from .materialize import materialize, row
 from .model import BundledTask
@@ -76,6 +78,17 @@ def harbor_checks(
     if unknown:
         raise ConfigError(f"expected[{task.name}]: no check {sorted(unknown)}; the checks: {list(HARBOR_SCRIPTS)}")
     return list((checks | mine).items())
+
+
+def history_warnings(rows: list[TaskRow]) -> list[dict[str, Any]]:
+    """{task, warning} for each row whose `repo_path` holds history past its `base_commit`: the fix is
+    likely among it. Every session's copy is cut at `base_commit` (runtimes/history.py), so nothing of it
+    reaches an agent; the warning is about the data, which leaks to any tool that does not cut it."""
+    out = []
+    for r in rows:
+        if r.repo_path:
+            out += [{"task": r.instance_id, "warning": w} for w in future(Path(r.repo_path), r.base_commit)]
+    return out
 
 
 def check_tasks(

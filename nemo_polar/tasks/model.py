@@ -25,6 +25,26 @@ def append(text: str) -> tuple[str, str]:
     return ("", "\n\n" + src(text))
 
 
+# How hidden tests compare: `==` would ask the result's own __eq__, which is the code under test's to write (an
+# object equal to everything passes every `==`); `same` asks the types first, all the way down.
+SAME = src("""
+    def same(got, want):
+        \"\"\"Equal, and of exactly the same types all the way down.\"\"\"
+        if type(got) is not type(want):
+            return False
+        if type(want) is dict:
+            return same(sorted(got.items(), key=repr), sorted(want.items(), key=repr))
+        if type(want) in (list, tuple):
+            return len(got) == len(want) and all(same(g, w) for g, w in zip(got, want))
+        return got == want
+    """)
+
+
+def append_hidden(text: str) -> tuple[str, str]:
+    """`append` of hidden tests, with `same` defined before them."""
+    return ("", "\n\n" + SAME + "\n\n" + src(text))
+
+
 @dataclass(frozen=True)
 class BundledTask:
     name: str

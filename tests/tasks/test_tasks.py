@@ -100,3 +100,19 @@ def test_polar_tasks_check_json(docker):
     runtimes = len(report["runtimes"])
     assert report["checks"] == report["correct"] == 3 * len(TASKS) + 3 * runtimes * len(bundled())
     assert report["elapsed_s"] > 0
+
+
+def test_polar_tasks_check_warns_about_rows_whose_repositories_carry_their_future(tmp_path):
+    from tests.redteam.history_repo import build as leaky
+
+    roman, paginate = (next(t for t in TASKS if t.name == name) for name in ("roman", "paginate"))
+    rows = [leaky(roman, tmp_path / "leaky"), json.loads(build(tmp_path / "clean", (paginate,)).read_text())]
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = subprocess.run([str(POLAR), "tasks", "check", "--swe", str(dataset), "--json"], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["failures"] == [], done.stderr
+    warned = {w["task"] for w in report["warnings"]}
+    assert warned == {roman.instance_id}  # the bundled repository holds nothing past its commit
+    assert any("refs beyond" in w["warning"] for w in report["warnings"])

@@ -1,6 +1,6 @@
 """Parsing: a CSV line with quoted fields must not split inside the quotes."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append, append_hidden, src
 
 TASK = BundledTask(
     name="csv_split",
@@ -78,13 +78,13 @@ TASK = BundledTask(
     },
     hidden_tests={
         "tests/test_split.py": [
-            append('''
+            append_hidden('''
                 def test_quoted_separator():
-                    assert split_row('a,"b,c",d') == ["a", "b,c", "d"]
+                    assert same(split_row('a,"b,c",d'), ["a", "b,c", "d"])
 
 
                 def test_doubled_quote():
-                    assert split_row('"say ""hi""",x') == ['say "hi"', "x"]
+                    assert same(split_row('"say ""hi""",x'), ['say "hi"', "x"])
                 '''),
         ]
     },

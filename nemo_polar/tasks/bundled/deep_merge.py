@@ -1,6 +1,6 @@
 """Dict merge: nested sections must merge, not replace, and the inputs must stay untouched."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="deep_merge",
@@ -60,16 +60,16 @@ TASK = BundledTask(
     },
     hidden_tests={
         "tests/test_merge.py": [
-            append("""
+            append_hidden("""
                 def test_nested_sections_merge():
                     merged = merge({"db": {"host": "a", "port": 1}}, {"db": {"port": 2}})
-                    assert merged == {"db": {"host": "a", "port": 2}}
+                    assert same(merged, {"db": {"host": "a", "port": 2}})
 
 
                 def test_inputs_untouched():
                     base, override = {"db": {"host": "a"}}, {"db": {"port": 2}}
                     merge(base, override)
-                    assert base == {"db": {"host": "a"}} and override == {"db": {"port": 2}}
+                    assert same(base, {"db": {"host": "a"}}) and same(override, {"db": {"port": 2}})
                 """),
         ]
     },

@@ -1,6 +1,6 @@
 """A small CLI: `kv get` of a missing key must fail with exit code 1 and a message on stderr."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="kv_cli",
@@ -86,12 +86,12 @@ TASK = BundledTask(
     },
     hidden_tests={
         "tests/test_cli.py": [
-            append("""
+            append_hidden("""
                 def test_missing_key_fails(tmp_path, capsys):
                     store = str(tmp_path / "s.json")
                     main([store, "set", "a", "1"])
                     capsys.readouterr()
-                    assert main([store, "get", "b"]) == 1
+                    assert same(main([store, "get", "b"]), 1)
                     captured = capsys.readouterr()
                     assert captured.out == "" and captured.err == "error: no key b\\n"
                 """),

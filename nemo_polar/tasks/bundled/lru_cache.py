@@ -1,6 +1,6 @@
 """A cache: reading an entry must make it the most recently used one."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="lru_cache",
@@ -80,14 +80,14 @@ TASK = BundledTask(
     },
     hidden_tests={
         "tests/test_lru.py": [
-            append("""
+            append_hidden("""
                 def test_get_refreshes_recency():
                     c = LRUCache(2)
                     c.put("a", 1)
                     c.put("b", 2)
-                    assert c.get("a") == 1
+                    assert same(c.get("a"), 1)
                     c.put("c", 3)
-                    assert c.get("b") is None and c.get("a") == 1 and c.get("c") == 3
+                    assert c.get("b") is None and same(c.get("a"), 1) and same(c.get("c"), 3)
                 """),
         ]
     },

@@ -1,6 +1,6 @@
 """Off-by-one: the page count drops the last, partly filled page."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="paginate",
@@ -49,13 +49,13 @@ TASK = BundledTask(
     wrong_fix={"pager/core.py": [("return total // per_page", "return total // per_page + 1")]},
     hidden_tests={
         "tests/test_core.py": [
-            append("""
+            append_hidden("""
                 def test_partial_last_page():
-                    assert page_count(11, 5) == 3
+                    assert same(page_count(11, 5), 3)
 
 
                 def test_pages_keep_the_tail():
-                    assert pages([1, 2, 3], 2) == [[1, 2], [3]]
+                    assert same(pages([1, 2, 3], 2), [[1, 2], [3]])
                 """),
         ]
     },

@@ -1,6 +1,6 @@
 """Parsing: Roman numerals with subtractive pairs (IV, XL, CM) are read as additions."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="roman",
@@ -62,10 +62,10 @@ TASK = BundledTask(
     },
     hidden_tests={
         "tests/test_roman.py": [
-            append("""
+            append_hidden("""
                 @pytest.mark.parametrize("text, value", [("IV", 4), ("XL", 40), ("MCMXCIV", 1994), ("CDXLIV", 444)])
                 def test_subtractive(text, value):
-                    assert from_roman(text) == value
+                    assert same(from_roman(text), value)
                 """),
         ]
     },

@@ -1,6 +1,6 @@
 """Comparison: versions must compare number by number, not as text."""
 
-from ..model import BundledTask, append, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="semver",
@@ -62,13 +62,13 @@ TASK = BundledTask(
     },
     hidden_tests={
         "tests/test_compare.py": [
-            append("""
+            append_hidden("""
                 def test_multi_digit_minor():
-                    assert compare("1.10.0", "1.9.0") == 1 and newest(["1.9.0", "1.10.0"]) == "1.10.0"
+                    assert same(compare("1.10.0", "1.9.0"), 1) and same(newest(["1.9.0", "1.10.0"]), "1.10.0")
 
 
                 def test_multi_digit_patch():
-                    assert compare("2.0.9", "2.0.10") == -1
+                    assert same(compare("2.0.9", "2.0.10"), -1)
                 """),
         ]
     },
