@@ -240,7 +240,7 @@ class DockerRuntime(ContainerRuntime):
             time.sleep(0.05)
 
     def _processes(self) -> list[str]:
-        return [row[-1] for row in self.container.top(ps_args="-eo pid,args")["Processes"] or []]
+        return [row[-1] for row in self.container.top(ps_args="-ww -eo pid,args")["Processes"] or []]
 
     def _ours(self, command: str) -> bool:
         """The container's init, our forwarder (and the child it serves from) or its `sleep infinity`."""
