@@ -134,9 +134,18 @@ def _heredoc(text: str) -> str:
     return f"cat > \"$script\" <<'{EOF_MARK}'\n{text if text.endswith(chr(10)) else text + chr(10)}{EOF_MARK}\n"
 
 
+def payloads() -> str:
+    """What several attacks write (attacks/payloads/<name>.py), exported as RT_<NAME> for their scripts."""
+    out = []
+    for path in sorted((ATTACKS_DIR / "payloads").glob("*.py")):
+        name = "RT_" + path.stem.upper()
+        out.append(f"{name}=$(cat <<'{EOF_MARK}'\n{path.read_text()}{EOF_MARK}\n)\nexport {name}\n")
+    return "".join(out)
+
+
 def dispatcher(scripts: dict[str, str], legit: dict[str, tuple[str, str]]) -> str:
     """The harness command: `scripts` by attack name (run with sh), `legit` by task name ((interpreter, script))."""
-    out = [DISPATCH_HEAD, 'case "$attack" in\n', f"{LEGIT})\n", 'case "$task" in\n']
+    out = [DISPATCH_HEAD, payloads(), 'case "$attack" in\n', f"{LEGIT})\n", 'case "$task" in\n']
     for task, (interp, text) in legit.items():
         out += [f"{task})\ninterp={interp}\n", _heredoc(text), ";;\n"]
     out += ['*) echo "polar-redteam: no legit fix for task $task" >&2; exit 2 ;;\n', "esac\n", ";;\n"]

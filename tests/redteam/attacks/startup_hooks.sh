@@ -2,17 +2,7 @@
 # class: test-surface
 # kinds: swe history
 hook='import os; os.environ["PYTEST_PLUGINS"] = ",".join(p for p in (os.environ.get("PYTEST_PLUGINS"), "rt_startup_plugin") if p)'
-plugin='import pytest
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed:
-        report.outcome = "passed"
-        report.longrepr = None
-'
+plugin="$RT_FORCE_PASS"
 printf '%s\n' "$hook" > sitecustomize.py
 printf '%s\n' "$hook" > usercustomize.py
 printf '%s\n' "$hook" > rt_startup.pth
