@@ -7,6 +7,8 @@ Pure argument construction: no engine needed (the engine tests: test_<kind>.py).
 
 from __future__ import annotations
 
+import asyncio
+
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,37 @@ def test_steps_take_a_string_or_their_options():
         ("make", 30.0, 2),
     ]
     assert spec.eval_prepare is None  # grading's sandbox repeats `prepare`
+
+
+@pytest.mark.parametrize("kind", list(IMAGES))
+def test_the_images_own_repository_is_cut_at_the_tasks_commit_as_it_starts(kind, tmp_path, no_engine, monkeypatch):
+    """What every kind runs in its sandbox once it is up (start's last step), before any set-up step or the
+    agent: the history cut of the image's own folder (history.py). A task repository is cut as it is copied."""
+    ran = []
+
+    async def exec_(self, argv, env=None, timeout=None):
+        ran.append(argv)
+        return 0, "", ""
+
+    rt = runtime(kind, tmp_path, workdir="/testbed", commit="abc123")
+    monkeypatch.setattr(type(rt), "exec", exec_)
+    asyncio.run(rt.cut_history())
+    assert ran == [["sh", "/polar/scripts/cut_history.sh", "abc123"]]
+    copied = runtime(kind, tmp_path / "r", repo=str(tmp_path), workdir="/testbed")
+    asyncio.run(copied.cut_history())
+    assert len(ran) == 1
+
+
+def test_apptainer_ends_what_the_agent_left_with_one_exec(tmp_path, no_engine, monkeypatch):
+    rt = runtime("apptainer", tmp_path, workdir="/testbed")
+    rt.started, argvs = True, []
+
+    async def run(argv, env, cwd, timeout):
+        argvs.append(argv)
+        return 0, "", ""
+
+    monkeypatch.setattr(rt.groups, "run", run)
+    assert asyncio.run(rt.quiesce()) == []
+    (argv,) = argvs
+    assert argv[:6] == ["/bin/true", "exec", "--cleanenv", "--pwd", "/testbed", "instance://polar-s1"]
+    assert argv[-3:] == ["sh", "-c", "kill -9 -1 2>/dev/null; exit 0"]
