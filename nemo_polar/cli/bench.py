@@ -202,7 +202,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bscale.add_argument("--group", type=int, default=8, help="samples per task (a GRPO group)")
     bscale.add_argument("--duration", type=float, default=40.0, help="seconds each simulated session runs")
     bgrade = _add(
-        bench, "grading", "the grader's defences against none: the history cut, the test surface, the guard", _bench_grading
+        bench,
+        "grading",
+        "the grader's defences against none: the history cut, the test surface, the guard",
+        _bench_grading,
     )
     bgrade.add_argument("--commits", type=int, default=10_000, help="the largest repository's commits (and 1/4, 1/2)")
     bgrade.add_argument("--repeats", type=int, default=3, help="runs of each measure (the median)")

@@ -28,7 +28,16 @@ from .base import Sandbox
 from .patch import git, patch_paths
 
 RUNNER_CONFIG = frozenset(
-    {"pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml", "conftest.py"}
+    {
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "conftest.py",
+    }
 )
 STARTUP = frozenset({"sitecustomize", "usercustomize"})
 METADATA = (".dist-info", ".egg-info", ".egg-link")
@@ -75,7 +84,9 @@ def left_out(
     base, hidden = set(base), set(hidden)
     changed = list(dict.fromkeys(changed))
     shadowable = set(names) | RESERVED
-    packages = {p.rpartition("/")[0] for p in (base | set(changed)) - set(deleted) if p.rpartition("/")[2] == "__init__.py"}
+    packages = {
+        p.rpartition("/")[0] for p in (base | set(changed)) - set(deleted) if p.rpartition("/")[2] == "__init__.py"
+    }
     modules: dict[str, set[str]] = {}  # folder -> the module names the task has there
     test_folders = set()
     for path in base:
@@ -102,7 +113,12 @@ def left_out(
             for i, folder in enumerate(folders):
                 module = _module(parts[i])
                 on_path = i == 0 or folder not in packages
-                if on_path and _importable(parts, i) and module in shadowable and module not in modules.get(folder, ()):
+                if (
+                    on_path
+                    and _importable(parts, i)
+                    and module in shadowable
+                    and module not in modules.get(folder, ())
+                ):
                     where = f"{folder}/" if folder else "the working copy's root"
                     out[path] = f"a new module {module!r} in {where} shadows the interpreter's own: left out"
                     break

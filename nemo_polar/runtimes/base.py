@@ -21,8 +21,7 @@ from pydantic import Field, field_validator
 from ..config import Strict
 from ..errors import SandboxError
 from ..plugins import Plugin
-from . import toolchain
-from . import history
+from . import history, toolchain
 from .inside import forward
 
 if TYPE_CHECKING:
@@ -278,9 +277,8 @@ class ContainerRuntime(Runtime):
         script = self.inside_scripts / history.SCRIPT.name
         rc, out, err = await self.exec(["sh", str(script), commit], None, history.TIMEOUT_S)
         if rc != 0:
-            raise SandboxError(
-                f"cutting the history of {self.inside_work} at {commit} failed (rc {rc}): {(err or out).strip()[-1000:]}"
-            )
+            why = (err or out).strip()[-1000:]
+            raise SandboxError(f"cutting the history of {self.inside_work} at {commit} failed (rc {rc}): {why}")
 
 
 ARCHIVE = "archive.py"  # inside/archive.py: a working copy packed in one sandbox, unpacked in another

@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+
 from ..errors import SandboxError
 from . import toolchain
 

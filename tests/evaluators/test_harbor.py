@@ -148,7 +148,9 @@ def test_a_row_without_its_task_is_masked(tmp_path):
 
 
 # A verifier that takes a while and writes 0 unless the agent's work is right (it never is here).
-SLOW_ZERO = "sleep 1; if cmp -s out.txt /tests/expected.txt; then r=1; else r=0; fi; echo $r > /logs/verifier/reward.txt\n"
+SLOW_ZERO = (
+    "sleep 1; if cmp -s out.txt /tests/expected.txt; then r=1; else r=0; fi; echo $r > /logs/verifier/reward.txt\n"
+)
 REWRITER = (  # detached from the harness, rewriting the reward while the verifier runs
     "setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; sleep 0.05; done'"
     " </dev/null >/dev/null 2>&1 & echo 41 > out.txt"
@@ -194,7 +196,9 @@ def test_a_reward_planted_behind_a_link_is_not_taken(tmp_path, kind):
 def test_a_fresh_verifier_runs_nothing_the_agent_planted_in_its_image(tmp_path, kind):
     """`cmp`, which the verifier trusts, replaced ahead on PATH: paid in the agent's own environment (Harbor's
     way, `shared`), not in a fresh one, where the working copy alone is carried over."""
-    fake = "mkdir -p /usr/local/bin && printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/cmp && chmod +x /usr/local/bin/cmp"
+    fake = (
+        "mkdir -p /usr/local/bin && printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/cmp && chmod +x /usr/local/bin/cmp"
+    )
     agent = f"({fake}) 2>/dev/null; echo 41 > out.txt; mkdir -p sub && echo kept > sub/note"
     check = SLOW_ZERO.replace("sleep 1; ", "test -f sub/note || exit 3; ")
     fresh = evaluate(tmp_path / "fresh", check, block_of(kind), {"verifier": "fresh"}, agent=agent)

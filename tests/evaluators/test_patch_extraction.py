@@ -84,7 +84,7 @@ def test_a_working_copys_git_config_runs_nothing_on_this_machine(task_copy, tmp_
     planted.parent.mkdir()
     hook = f"\"sh -c 'echo ran > {planted}; cat'\""  # quoted: a bare ; starts a comment in git's config
     with (work / ".git" / "config").open("a") as config:
-        config.write(f"[filter \"x\"]\n\tclean = {hook}\n[core]\n\tfsmonitor = {hook}\n")
+        config.write(f'[filter "x"]\n\tclean = {hook}\n[core]\n\tfsmonitor = {hook}\n')
     (work / ".gitattributes").write_text("* filter=x\n")
     (work / "numerals" / "roman.py").write_text("changed\n")
     ctx = EvalContext(fields=row, config={}, work=work, scratch=tmp_path / "scratch")

@@ -8,7 +8,6 @@ Pure argument construction: no engine needed (the engine tests: test_<kind>.py).
 from __future__ import annotations
 
 import asyncio
-
 from pathlib import Path
 
 import pytest

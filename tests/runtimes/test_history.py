@@ -36,7 +36,9 @@ def _assert_cut(work: Path, base: str) -> None:
     assert _git(work, "status", "--porcelain") == ""
     assert not (work / ".git" / "ORIG_HEAD").exists() and not (work / ".git" / "FETCH_HEAD").exists()
     objects = _git(work, "cat-file", "--batch-all-objects", "--batch-check=%(objectname)").split()
-    assert sorted(objects) == sorted(line.split()[0] for line in _git(work, "rev-list", "--objects", base).splitlines())
+    assert sorted(objects) == sorted(
+        line.split()[0] for line in _git(work, "rev-list", "--objects", base).splitlines()
+    )
     fixed_line = ROMAN.patch.splitlines()[-1][1:]  # a line only the fix has
     argv = ["git", "cat-file", "--batch-all-objects", "--batch", "--unordered"]
     stored = subprocess.run(argv, cwd=work, capture_output=True, check=True).stdout
@@ -46,7 +48,9 @@ def _assert_cut(work: Path, base: str) -> None:
 def test_a_leaky_clone_says_what_it_carries(leaky):
     repo, row = leaky
     found = " ".join(future(repo, row["base_commit"]))
-    stored = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True).stdout
+    stored = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True
+    ).stdout
     assert ROMAN.patch.splitlines()[-1][1:].encode() in stored  # the fix is there to be read
     assert "refs beyond" in found and "commits" in found and "ORIG_HEAD" in found and "objects" in found, found
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import os
 import shutil
+import sys
 import time
 import uuid
 from pathlib import Path

@@ -129,7 +129,9 @@ def _tampered(config):
     for plugin, dist in config.pluginmanager.list_plugin_distinfo():
         where = str(getattr(dist, "locate_file", lambda _: "")(""))
         if _in_work(where):
-            found.append("plugin " + str(getattr(plugin, "__name__", plugin)) + " of a distribution in the working copy")
+            found.append(
+                "plugin " + str(getattr(plugin, "__name__", plugin)) + " of a distribution in the working copy"
+            )
     names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)

@@ -54,7 +54,7 @@ def unpack(archive, folder):
             tar.extractall(folder, members=members)
         left = len(tar.getmembers()) - len(members)
     if left:
-        print("archive: left out %d members that would leave %s" % (left, folder), file=sys.stderr)
+        print(f"archive: left out {left} members that would leave {folder}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Parsing: a CSV line with quoted fields must not split inside the quotes."""
 
-from ..model import BundledTask, append, append_hidden, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="csv_split",

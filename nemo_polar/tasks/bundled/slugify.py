@@ -1,6 +1,6 @@
 """String parsing: runs of separators must collapse to one dash and never lead or trail."""
 
-from ..model import BundledTask, append, append_hidden, src
+from ..model import BundledTask, append_hidden, src
 
 TASK = BundledTask(
     name="slugify",
