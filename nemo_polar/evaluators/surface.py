@@ -137,13 +137,19 @@ async def interpreter_names(box: Sandbox, python: str) -> set[str]:
     return set(sys.builtin_module_names) | set(sys.stdlib_module_names)
 
 
-async def surface_changes(box: Sandbox, patch: str, hidden: list[str], python: str) -> dict[str, str]:
-    """`left_out` for `patch` against the evaluation copy in `box` (the hidden tests applied, the agent's
-    patch not yet)."""
+async def surface_of(box: Sandbox, hidden: list[str], python: str) -> dict[str, list[str]]:
+    """What `left_out` judges a patch against, read from the evaluation copy in `box` before the agent's patch
+    (the hidden tests applied): its files, and the test interpreter's modules. Read once, as the copy is made."""
+    _, listed, _ = await git(box, ["ls-files", "-z"])
+    base = {p for p in listed.split("\0") if p} | set(hidden)
+    return {"base": sorted(base), "names": sorted(await interpreter_names(box, python))}
+
+
+async def surface_changes(
+    box: Sandbox, patch: str, hidden: list[str], surface: dict[str, list[str]]
+) -> dict[str, str]:
+    """`left_out` for `patch` against `surface` (`surface_of` the evaluation copy in `box`)."""
     changed = await patch_paths(box, patch)
     if not changed:
         return {}
-    _, listed, _ = await git(box, ["ls-files", "-z"])
-    base = {p for p in listed.split("\0") if p} | set(hidden)
-    names = await interpreter_names(box, python)
-    return left_out(changed, base, names, hidden, _DELETED.findall(patch))
+    return left_out(changed, surface["base"], surface["names"], hidden, _DELETED.findall(patch))

@@ -39,7 +39,7 @@ from .boxes import FILES, HostBox, run_in
 from .patch import apply_patch, fresh_copy, patch_paths, read_patch
 from .pytest_log import PASSING, parse_summary
 from .row import EvalRow
-from .surface import surface_changes
+from .surface import surface_changes, surface_of
 
 CANNOT_START_RC = (126, 127)  # the shell's "not executable" / "not found"
 PREPARED = "prepared.json"
@@ -85,7 +85,8 @@ class TestsEvaluator(Evaluator):
         row = EvalRow.parse(ctx.fields)
         started = time.monotonic()
         try:
-            box, test_files = await self.prepare(ctx, row)
+            box, prepared = await self.prepare(ctx, row)
+            test_files = prepared["test_files"]
             patch = await read_patch(ctx, row, self.settings.exclude)
         except (EvaluationError, OSError) as exc:
             return Evaluation.infra(str(exc))
@@ -94,7 +95,8 @@ class TestsEvaluator(Evaluator):
         if not patch.strip() and not self.settings.run_empty:
             return Evaluation(reward=0.0, components={"resolved": 0.0}, details=details | {"empty_patch": True})
         try:
-            left_out = await surface_changes(box, patch, test_files, self.python(ctx)) if self.settings.surface else {}
+            surface = prepared["surface"] if self.settings.surface else None
+            left_out = await surface_changes(box, patch, test_files, surface) if surface else {}
             applied, why = await apply_patch(box, patch, "agent.diff", exclude=[*test_files, *left_out])
         except GitError as exc:
             return Evaluation.infra(str(exc), **details)
@@ -162,19 +164,22 @@ class TestsEvaluator(Evaluator):
                 found.append(f"the summary says {test} {status}; the guard saw {seen.get(test, 'nothing')}")
         return found
 
-    async def prepare(self, ctx: EvalContext, row: EvalRow) -> tuple[Sandbox, list[str]]:
-        """The evaluation copy with the hidden tests in, and the files they own; made once per session."""
+    async def prepare(self, ctx: EvalContext, row: EvalRow) -> tuple[Sandbox, dict[str, Any]]:
+        """The evaluation copy with the hidden tests in; what it knows of them (`test_files`, the files they own;
+        `surface`, what the agent's patch is judged against: surface.py). Made once per session, while the agent
+        runs where the gateway can (`prewarm`)."""
         marker = ctx.scratch / PREPARED
         if marker.exists():
-            return await self.eval_copy(ctx, row, copy=False), json.loads(marker.read_text())["test_files"]
+            return await self.eval_copy(ctx, row, copy=False), json.loads(marker.read_text())
         ctx.scratch.mkdir(parents=True, exist_ok=True)
         box = await self.eval_copy(ctx, row, copy=True)
         test_files = await patch_paths(box, row.test_patch)
         applied, why = await apply_patch(box, row.test_patch, "test.diff")
         if not applied:
             raise GitError(f"the task's test_patch does not apply to its base_commit: {why}")
-        marker.write_text(json.dumps({"test_files": test_files}))
-        return box, test_files
+        prepared = {"test_files": test_files, "surface": await surface_of(box, test_files, self.python(ctx))}
+        marker.write_text(json.dumps(prepared))
+        return box, prepared
 
     async def eval_copy(self, ctx: EvalContext, row: EvalRow, copy: bool) -> Sandbox:
         """Where the tests run: a fresh sandbox of the session's image (the gateway starts it once), else a

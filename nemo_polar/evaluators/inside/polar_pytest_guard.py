@@ -20,6 +20,7 @@ Loaded before any conftest.py or module of the working copy. It takes itself out
 library and pytest only, and old Pythons' syntax: it runs in the task image's interpreter.
 """
 
+import functools
 import json
 import os
 import sys
@@ -72,8 +73,13 @@ def _functions():
                     yield name + "." + attr + "." + key, member
 
 
+CODED = (types.FunctionType, types.MethodType, classmethod, staticmethod, property, functools.partial)
+
+
 def _codes(value):
     """The code objects behind a function, method, property or partial."""
+    if not isinstance(value, CODED):
+        return
     parts = [value, getattr(value, "__func__", None), getattr(value, "func", None)]
     parts += [getattr(value, accessor, None) for accessor in ("fget", "fset", "fdel")]
     for part in parts:
@@ -82,11 +88,13 @@ def _codes(value):
             yield code
 
 
-def _in_work(path):
+def _in_work(path, _seen={}):  # noqa: B006 - the cache: thousands of functions share a few dozen files
     if not path or not os.path.isabs(path):  # "<string>": made by exec, e.g. a dataclass's methods
         return False
-    path = os.path.realpath(path)
-    return path == _work or path.startswith(_work + os.sep)
+    if path not in _seen:
+        real = os.path.realpath(path)
+        _seen[path] = real == _work or real.startswith(_work + os.sep)
+    return _seen[path]
 
 
 _start = {where: id(value) for where, value in _functions() if callable(value)}
@@ -115,11 +123,13 @@ pytest_runtest_logreport.tryfirst = True
 def _tampered(config):
     found, seen = [], set()
     for where, value in _functions():
-        for code in _codes(value):
-            path = code.co_filename
-            if _in_work(path) or (not os.path.isabs(path) and where in _start and id(value) != _start[where]):
-                if id(value) not in seen:  # one object is held under many names: said once
-                    found.append("pytest's " + where + " replaced by code of the working copy")
+        paths = [code.co_filename for code in _codes(value)]
+        if isinstance(value, type):  # a class put in place of pytest's: where it was defined
+            paths.append(getattr(sys.modules.get(value.__module__), "__file__", None))
+        for path in paths:
+            replaced = path and not os.path.isabs(path) and where in _start and id(value) != _start[where]
+            if (_in_work(path) or replaced) and id(value) not in seen:  # one object has many names: said once
+                found.append("pytest's " + where + " replaced by code of the working copy")
                 seen.add(id(value))
     for name, plugin in config.pluginmanager.list_name_plugin():
         module = plugin if hasattr(plugin, "__file__") else sys.modules.get(type(plugin).__module__)
