@@ -109,8 +109,8 @@ def test_each_registry_lists_its_builtins():
     ("registry", "helpers"),
     [
         (HARNESSES, {"base", "install", "logs", "versions"}),
-        (RUNTIMES, {"base", "dockerfile", "spec", "steps", "toolchain"}),
-        (EVALUATORS, {"base", "boxes", "patch", "pytest_log", "row"}),
+        (RUNTIMES, {"base", "dockerfile", "fresh", "history", "spec", "steps", "toolchain"}),
+        (EVALUATORS, {"base", "boxes", "patch", "pytest_log", "row", "surface"}),
     ],
     ids=["harnesses", "runtimes", "evaluators"],
 )
@@ -217,7 +217,8 @@ def test_a_runtime_of_your_own_gets_what_a_builtin_gets(own, tmp_path):
         TaskSpec.model_validate(
             {"instruction": "x", "harness": {"name": "pi"}, "runtime": {"kind": f"{own}:MyRuntime", "flavour": "sour"}}
         )
-    with pytest.raises(ValidationError, match=r"not a setting of runtime .*its settings: sandbox, workdir, flavour"):
+    settings = r"its settings: sandbox, workdir, volumes, flavour"
+    with pytest.raises(ValidationError, match=r"not a setting of runtime .*" + settings):
         RuntimeSpec(kind=f"{own}:MyRuntime", cpus=2)
     spec = RuntimeSpec(kind=f"{own}:MyRuntime", flavour="salted", sandbox=False)
     assert spec.make(tmp_path, "s1", URL).flavour == "salted"
@@ -238,7 +239,7 @@ def test_a_runtime_of_your_own_gets_what_a_builtin_gets(own, tmp_path):
 
 def test_a_runtime_kind_refuses_the_settings_of_another():
     with pytest.raises(
-        ValidationError, match=r"cpus\n.*not a setting of runtime 'local' \(its settings: sandbox, workdir\)"
+        ValidationError, match=r"cpus\n.*not a setting of runtime 'local' \(its settings: sandbox, workdir, volumes\)"
     ):
         RuntimeSpec(kind="local", cpus=2)
     with pytest.raises(ValidationError, match=r"image\n.*Field required"):

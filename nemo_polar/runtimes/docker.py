@@ -36,6 +36,8 @@ from .inside import forward
 from .spec import RuntimeSpec
 
 START_TIMEOUT_S = 60.0
+# what the engine itself puts in every container (`init`: its docker-init), never the session's change
+ENGINE_MOUNTS = frozenset({"/sbin/docker-init", "/usr/sbin/docker-init"})
 KILL_AFTER_S = 2
 
 
@@ -252,7 +254,8 @@ class DockerRuntime(ContainerRuntime):
         if self.container is None:
             return None
         changes = await asyncio.to_thread(self.container.diff)
-        return outside(sorted(c["Path"] for c in changes or []), self.inside_work)
+        paths = sorted(c["Path"] for c in changes or [] if c["Path"] not in ENGINE_MOUNTS)
+        return outside(paths, self.inside_work)
 
     async def stop(self) -> None:
         try:
