@@ -35,14 +35,18 @@ PACKAGE = Path(__file__).resolve().parent  # this package: the bundled tasks' fi
 NO_CAPABILITIES = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
 
 
-def _needed() -> list[str]:
-    """bubblewrap's arguments for what a sandboxed command needs of the host beyond its system folders: this
-    Python's install (the forwarder and the tests run with it) read-only at its own paths, with this package
-    hidden where it lies in it (a policy would read the bundled tasks' answers there)."""
+def needed_paths() -> list[str]:
+    """What a sandboxed command needs of the host beyond its system folders: this Python's install (the
+    forwarder and the tests run with it), outermost folders only."""
     found = sorted({str(p.resolve()) for p in (Path(sys.prefix), Path(sys.base_prefix)) if p.exists()})
-    args = []
-    for path in [p for p in found if not any(p.startswith(q + "/") for q in found)]:  # outermost only
-        args += ["--ro-bind", path, path]
+    return [p for p in found if not any(p.startswith(q + "/") for q in found)]
+
+
+def _needed() -> list[str]:
+    """bubblewrap's arguments for `needed_paths`, read-only at their own paths, with this package hidden where
+    it lies in them (a policy would read the bundled tasks' answers there)."""
+    found = needed_paths()
+    args = [arg for path in found for arg in ("--ro-bind", path, path)]
     if any(PACKAGE.is_relative_to(p) for p in found):
         args += ["--tmpfs", str(PACKAGE)]
     return args

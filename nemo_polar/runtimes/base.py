@@ -125,6 +125,11 @@ class Runtime(Plugin, ABC):
     @abstractmethod
     async def stop(self) -> None: ...
 
+    def unseen(self, argv: list[str]) -> list[str]:
+        """The host paths `argv` names (its words, and those of a `sh -c` script) that exist here but not in the
+        sandbox: a harness started with one fails inside, so the node says which (runtime.volumes binds them)."""
+        return []
+
     async def quiesce(self) -> list[str]:
         """Every process the agent started gone, before anything grades its work: what was still running
         (and is now killed). The gateway calls it once the agent has ended, whatever the harness did."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shlex
 import shutil
 import uuid
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Self
 from pydantic import Field, field_validator
 
 from ..config import Strict
-from ..sandbox import ProcessGroups, bwrap_argv, host_folders
+from ..sandbox import SYSTEM, ProcessGroups, bwrap_argv, host_folders, needed_paths
 from . import toolchain
 from .base import (
     FORWARD_SCRIPT,
@@ -201,6 +202,16 @@ class LocalRuntime(Runtime):
 
         return await self.groups.run(self.wrap(argv), self.base_env() | (env or {}), self.work, timeout)
 
+    def unseen(self, argv: list[str]) -> list[str]:
+        if self.bwrap is None:
+            return []
+        words = [w for arg in argv for w in (_words(arg) if " " in arg else [arg])]
+        shown = [f"/{entry}" for entry in SYSTEM] + [inside for _, inside, _ in self.volumes]
+        shown += [str(self.inside_work), str(self.inside_home), str(IN_TOOLS), str(IN_SCRIPTS), *needed_paths()]
+        return sorted(
+            {w for w in words if w.startswith("/") and Path(w).exists() and not any(_under(w, s) for s in shown)}
+        )
+
     async def quiesce(self) -> list[str]:
         """The session's process groups killed. Under bubblewrap each command has a pid namespace of its own
         that goes with it (--unshare-pid, --die-with-parent): what left its group (setsid, a daemon) goes
@@ -216,3 +227,14 @@ class LocalRuntime(Runtime):
         if self.tunnel is not None:
             await self.tunnel.stop()
         await asyncio.to_thread(remove_tree, self.folder)
+
+
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")

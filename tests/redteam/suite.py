@@ -323,6 +323,9 @@ def _outcome(session: dict) -> Outcome:
     if not detail and details:
         tail = details.get("log_tail") or ""
         detail = " ".join(tail.split())[-300:]
+    flags = [k for k in ("empty_patch", "apply_error", "left_out", "tampered", "planted") if details.get(k)]
+    if flags:  # what a row's 0 rests on, so that a legit fix's 0 says why
+        detail = f"{', '.join(flags)}; agent exit {(result.get('stats') or {}).get('exit_code')}; {detail}"
     return Outcome(
         reward=result.get("reward"),
         masked=bool(result.get("masked")),

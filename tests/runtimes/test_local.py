@@ -177,3 +177,12 @@ def test_the_sandbox_sees_the_hosts_programs_and_none_of_its_data(tmp_path):
     (py, read, write) = asyncio.run(body([f"{data}:{data}"]))
     assert read[0] == 0 and "gold fix" in read[1]
     assert write[0] != 0 and not (data / "w").exists()  # read-only unless :rw
+
+
+def test_a_host_path_a_command_names_that_the_sandbox_lacks_is_named(tmp_path):
+    script = tmp_path / "agent.py"
+    script.write_text("print('hi')\n")
+    rt = LocalRuntime(tmp_path / "sessions", session_id="u")
+    assert rt.unseen(["sh", "-c", f"python3 {script} --out /usr/bin"]) == [str(script)]
+    seen = LocalRuntime(tmp_path / "sessions", session_id="v", volumes=[f"{tmp_path}:{tmp_path}"])
+    assert seen.unseen(["sh", "-c", f"python3 {script}"]) == [] and rt.unseen(["true"]) == []

@@ -39,6 +39,7 @@ def up_run(vllm, tmp_path_factory):
             "evaluator=session_completed",
             f"run_dir={root}",
             f"harnesses=[{{name: shell, command: 'python3 {AGENT}'}}, {{name: pi}}]",
+            f"runtime.volumes=[{AGENT.parent}:{AGENT.parent}]",  # the sandbox sees no host folder it is not given
             "num_samples=2",
             "vllm.start=false",
             f"proxy.upstream.url={vllm.url}",

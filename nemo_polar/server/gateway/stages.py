@@ -122,6 +122,10 @@ class HarnessStages:
                 task.harness.max_steps,
             )
             launch.write_files(runtime.home)
+            if unseen := runtime.unseen(launch.argv):
+                log.warning(
+                    "%s: %s is not in the sandbox (runtime.volumes binds it)", job.session_id, ", ".join(unseen)
+                )
             agent = asyncio.ensure_future(runtime.exec(launch.argv, launch.env, timeout=job.agent_timeout_s))
             work.budget_spent = await self._watch_budget(agent, opened.id)
             rc, out, err = (await agent) if not agent.cancelled() else (None, "", "(stopped: its budget was spent)")
