@@ -16,6 +16,7 @@ apart on purpose:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,8 @@ class EvalContext:
     fresh: Callable[[], Awaitable[Sandbox]] | None = None  # a fresh one of the same image (started once)
     fresh_work: Callable[[], Awaitable[Sandbox]] | None = None  # that one, with the agent's working copy in it
     changed_outside: list[str] | None = None  # what the agent changed outside its working copy (None: unknown)
+    # held while the evaluation copy is made: `evaluate` waits for a `prewarm` still making it, never makes a second
+    preparing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Evaluation(BaseModel):

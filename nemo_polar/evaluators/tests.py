@@ -168,6 +168,10 @@ class TestsEvaluator(Evaluator):
         """The evaluation copy with the hidden tests in; what it knows of them (`test_files`, the files they own;
         `surface`, what the agent's patch is judged against: surface.py). Made once per session, while the agent
         runs where the gateway can (`prewarm`)."""
+        async with ctx.preparing:
+            return await self._prepare(ctx, row)
+
+    async def _prepare(self, ctx: EvalContext, row: EvalRow) -> tuple[Sandbox, dict[str, Any]]:
         marker = ctx.scratch / PREPARED
         if marker.exists():
             return await self.eval_copy(ctx, row, copy=False), json.loads(marker.read_text())
