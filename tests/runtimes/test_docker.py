@@ -224,3 +224,30 @@ def test_polar_cluster_docker_up_status_down_leaves_nothing(tmp_path):
         engine.down()
     assert down["stopped"] == [f"dockerd {pid}"]
     assert identity(pid) is None and engine.mounts() == [] and not engine.socket.exists()
+
+
+@requires_docker
+def test_an_images_own_repository_holds_nothing_of_its_future_once_the_session_starts(docker, proxy, tmp_path):
+    """A SWE image whose /testbed is a clone with the fix in its future (history_repo.py), as SWE-bench shipped
+    them: its sessions, the agent's and the one that grades (a fresh one), start cut at the task's commit."""
+    from nemo_polar.tasks.bundled import TASKS
+    from tests.redteam.history_repo import build
+
+    context = tmp_path / "environment"
+    row = build(next(t for t in TASKS if t.name == "roman"), context / "testbed")
+    (context / "Dockerfile").write_text(f"FROM {IMAGE}\nCOPY testbed /testbed\n")
+    spec = RuntimeSpec(kind="docker", build=str(context), workdir="/testbed", commit=row["base_commit"])
+    probe = "git log --all --format=%H; git rev-parse HEAD; git status --porcelain; git stash list; ls .git"
+
+    async def session(sid):
+        rt = spec.make(tmp_path / "root", sid, proxy.url)
+        await rt.start()
+        try:
+            return await rt.exec(["sh", "-c", probe])
+        finally:
+            await rt.stop()
+
+    rc, out, err = asyncio.run(session("h1"))
+    lines = out.split()
+    assert rc == 0 and lines[:2] == [row["base_commit"]] * 2, (out, err)  # one commit: the task's, its hash kept
+    assert "ORIG_HEAD" not in lines and "FETCH_HEAD" not in lines and "logs" not in lines
