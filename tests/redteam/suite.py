@@ -102,13 +102,14 @@ def attacks(kind: str | None = None, only: list[str] | None = None) -> list[Atta
     return sorted(out, key=lambda a: (a.name not in FIRST, a.name))
 
 
-def pairs(picked: list[Attack], tasks: list[str]) -> list[tuple[str, str]]:
+def pairs(picked: list[Attack], tasks: list[str], fixed: list[str] = ()) -> list[tuple[str, str]]:
     """The rows' order, (attack, task): each task's `FIRST` attacks, then its legit row beside them (dispatched
     together, as a GRPO group's samples run together: they are already looking when the fix appears), then every
-    other attack's rows."""
+    other attack's rows; then the legit rows of the tasks in `fixed` that no attack is run on."""
     first = [a.name for a in picked if a.name in FIRST]
     rest = [a.name for a in picked if a.name not in FIRST]
-    return [(a, t) for t in tasks for a in [*first, LEGIT]] + [(a, t) for a in rest for t in tasks]
+    attacked = [(a, t) for t in tasks for a in [*first, LEGIT]] + [(a, t) for a in rest for t in tasks]
+    return attacked + [(LEGIT, t) for t in fixed if t not in tasks]
 
 
 def marker(attack: str, task: str) -> str:
@@ -169,8 +170,9 @@ class Dataset:
 
 
 def swe_dataset(kind: str, dest: Path, only: list[str] | None = None) -> Dataset:
-    """Rows for kind swe or history in `dest/tasks/tasks.jsonl`: the legit rows first, then every attack's."""
-    chosen = [t for t in TASKS if t.name in SWE_TASKS]
+    """Rows for kind swe or history in `dest/tasks/tasks.jsonl`: the attacked tasks' legit rows first, then every
+    attack's, then every other bundled task's legit row (each fix must still score 1.0)."""
+    chosen = sorted(TASKS, key=lambda t: (t.name not in SWE_TASKS, t.name))
     repos = dest / "repos"
     originals = {}
     for task in chosen:
@@ -181,7 +183,7 @@ def swe_dataset(kind: str, dest: Path, only: list[str] | None = None) -> Dataset
             originals[task.name] = row(task, materialize_task(task, folder), folder)
     picked = attacks(kind, only)
     rows, lines = {}, []
-    for attack, task in pairs(picked, [t.name for t in chosen]):
+    for attack, task in pairs(picked, list(SWE_TASKS), [t.name for t in chosen]):
         data = dict(originals[task])
         data["instance_id"] = f"redteam__{task}__{attack}"
         data["problem_statement"] = marker(attack, task) + "\n\n" + data["problem_statement"]
@@ -403,7 +405,7 @@ def render(results: list[RunResult], reasons: bool = True) -> str:
         cells = []
         for r in results:
             marks = [r.outcomes.get((name, t)) for t in r.tasks]
-            cells.append("" if all(m is None for m in marks) else " ".join(m.cell() if m else "-" for m in marks))
+            cells.append(" ".join(m.cell() for m in marks if m))  # an attack's tasks come first in `r.tasks`
         if any(cells):
             lines.append("| " + " | ".join([name, klass.get(name, "?"), *cells]) + " |")
     legend = "; ".join(f"{k}: {', '.join(next(r.tasks for r in results if r.kind == k))}" for k in
