@@ -161,7 +161,23 @@ def parse_volume(volume: str) -> tuple[str, str, bool]:
     return parts[0], parts[1], parts[2] == "rw"
 
 
-class ContainerSettings(Strict):
+class Placed(Strict):
+    """The checks of `workdir` and `volumes`, for every kind's settings that declare them."""
+
+    @field_validator("workdir", check_fields=False)
+    @classmethod
+    def _workdir(cls, workdir: str | None) -> str | None:
+        return None if workdir is None else inside_path(workdir, "runtime.workdir")
+
+    @field_validator("volumes", check_fields=False)
+    @classmethod
+    def _volumes(cls, volumes: list[str]) -> list[str]:
+        for volume in volumes:
+            parse_volume(volume)
+        return volumes
+
+
+class ContainerSettings(Placed):
     """What a runtime that runs an image takes (docker, apptainer, image)."""
 
     image: str = Field(
@@ -176,18 +192,6 @@ class ContainerSettings(Strict):
     volumes: list[str] = Field(
         default_factory=list, description="more binds, HOST:INSIDE[:ro|rw] (read-only by default)"
     )
-
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, workdir: str | None) -> str | None:
-        return None if workdir is None else inside_path(workdir, "runtime.workdir")
-
-    @field_validator("volumes")
-    @classmethod
-    def _volumes(cls, volumes: list[str]) -> list[str]:
-        for volume in volumes:
-            parse_volume(volume)
-        return volumes
 
     @property
     def binds(self) -> list[tuple[str, str, bool]]:

@@ -26,18 +26,17 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from ..config import Strict
 from ..sandbox import SYSTEM, ProcessGroups, bwrap_argv, host_folders, needed_paths
 from . import toolchain
 from .base import (
     FORWARD_SCRIPT,
     HOST_PYTHON,
+    Placed,
     ProxyTunnel,
     Runtime,
     forward_argv,
-    inside_path,
     inside_url,
     make_folders,
     parse_volume,
@@ -52,7 +51,7 @@ IN_WORK, IN_HOME = Path("/tmp/polar/work"), Path("/tmp/polar/home")
 IN_TOOLS, IN_SCRIPTS = Path("/tmp/polar/tools"), Path("/tmp/polar/scripts")
 
 
-class LocalSettings(Strict):
+class LocalSettings(Placed):
     sandbox: bool = Field(True, description="bubblewrap where present (read-only host, private /tmp)")
     workdir: str | None = Field(
         None, description="where commands see the working copy, e.g. a Harbor task's /app (needs bubblewrap)"
@@ -63,18 +62,6 @@ class LocalSettings(Strict):
         description="host folders the sandbox sees, HOST:INSIDE[:ro|rw] (read-only by default), e.g. your agent "
         "script's: nothing of the host but its system folders is there otherwise (needs bubblewrap)",
     )
-
-    @field_validator("workdir")
-    @classmethod
-    def _workdir(cls, workdir: str | None) -> str | None:
-        return None if workdir is None else inside_path(workdir, "runtime.workdir")
-
-    @field_validator("volumes")
-    @classmethod
-    def _volumes(cls, volumes: list[str]) -> list[str]:
-        for volume in volumes:
-            parse_volume(volume)
-        return volumes
 
 
 class LocalRuntime(Runtime):
