@@ -169,7 +169,7 @@ class Proxy:
         return self.sessions.open(**opening)
 
     def budget_spent(self, session_id: str) -> str | None:
-        return self.sessions.spent_why.get(session_id)
+        return self.sessions.budgets.spent_why.get(session_id)
 
     def close_session(self, session_id: str) -> None:
         self.sessions.close(session_id)

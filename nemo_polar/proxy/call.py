@@ -32,6 +32,8 @@ class Call:
     first_token_at: float | None = None
     upstream_s: float | None = None  # the inference server's own time, for a call answered whole
     stored: Bodies | None = None  # its bodies as the store keeps them, encoded while the upstream works
+    budgeted: bool = False  # it holds a place in its session's budget until it is recorded (`budget.py`)
+    held: int | None = None  # and the tokens it may sample
 
     def prepare(self, store: SqliteStore) -> None:
         """Encode the bodies for the record now, while the upstream generates: a long history is

@@ -91,31 +91,49 @@ class CallPipeline:
         more would be one more frame for every wake-up of the call)."""
         try:
             call = await self.admit(request, dialect)
+            await self.take_budget(call)
         except PolarError as err:
             return error_response(dialect, err)
         try:
-            hold = self.gate.enter() or await self.gate.wait()
-        except PolarError as err:
-            await self.recorder.record(call, None, err)
-            return error_response(dialect, err)
-        if call.request.stream and self.backend.streams:
-            return await self.relay(call, hold)
-        with hold:  # the answer is in, or the call failed (its failure recorded first)
             try:
-                await self.target(call)
-                asked = time.monotonic()
-                # the prompt's ids that the session's last answer had are not parsed again
-                read = functools.partial(self.sessions.prompt_ids.parse, call.session.id, self.backend)
-                body = await self.upstream.post_json(chat_url(call), call.upstream_json(), read)
-                call.upstream_s = time.monotonic() - asked
-                completion = self.backend.parse_response(body)
-            except Exception as exc:  # noqa: BLE001 - recorded and answered in dialect
-                return await self.failed(call, exc)
-        if gone(request.receive):  # the harness gave up waiting: not an answer it has
-            await self.recorder.record(call, completion, status="client_disconnected", error="client disconnected")
-            return Response(status_code=499)
-        await self.recorder.record(call, completion)
-        return whole_answer(dialect, call.request, completion)
+                hold = self.gate.enter() or await self.gate.wait()
+            except PolarError as err:
+                await self.recorder.record(call, None, err)
+                return error_response(dialect, err)
+            if call.request.stream and self.backend.streams:
+                return await self.relay(call, hold)
+            with hold:  # the answer is in, or the call failed (its failure recorded first)
+                try:
+                    await self.target(call)
+                    asked = time.monotonic()
+                    # the prompt's ids that the session's last answer had are not parsed again
+                    read = functools.partial(self.sessions.prompt_ids.parse, call.session.id, self.backend)
+                    body = await self.upstream.post_json(chat_url(call), call.upstream_json(), read)
+                    call.upstream_s = time.monotonic() - asked
+                    completion = self.backend.parse_response(body)
+                except Exception as exc:  # noqa: BLE001 - recorded and answered in dialect
+                    return await self.failed(call, exc)
+            if gone(request.receive):  # the harness gave up waiting: not an answer it has
+                await self.recorder.record(call, completion, status="client_disconnected", error="client disconnected")
+                return Response(status_code=499)
+            await self.recorder.record(call, completion)
+            return whole_answer(dialect, call.request, completion)
+        except BaseException:
+            if call.budgeted:  # cancelled before it was recorded: what it held is given back, the call counted
+                call.budgeted = False
+                self.sessions.budgets.charge(call.session.id, call.held, 0)
+            raise
+
+    async def take_budget(self, call: Call) -> None:
+        """The call's place in its session's budget, taken before it goes anywhere: refused once the calls
+        recorded and in flight fill it, and capped at the tokens left once the calls in flight hold theirs."""
+        session = call.session
+        if session.max_calls is None and session.max_sampled is None:
+            return
+        call.held = await self.sessions.budgets.take(session, call.request.max_tokens)
+        call.budgeted = True
+        if call.held is not None:
+            call.request.max_tokens = call.held
 
     async def admit(self, request: Request, dialect: Dialect) -> Call:
         """The session the key names, and its body within the size limit, parsed."""
@@ -151,8 +169,7 @@ class CallPipeline:
         if parsed.seen is not None:
             self.sessions.history.keep(session.id, parsed.seen)
         native = parsed.native
-        # a session's budget: refused once spent, and no call may sample past what is left of it
-        for cap in (self.limits.max_tokens, session.max_tokens, self.sessions.budget_left(session)):
+        for cap in (self.limits.max_tokens, session.max_tokens):
             if cap is not None:
                 chat.max_tokens = min(chat.max_tokens or cap, cap)
         return Call(session, dialect, scrub(native), raw, chat, self.sessions.next_seq(session.id))

@@ -56,8 +56,9 @@ class Recorder:
         c = completion
         if c is not None and self.backend.splices:
             self.sessions.sampled(call.session.id, c)
-        if call.session.max_calls is not None or call.session.max_sampled is not None:
-            self.sessions.charge(call.session.id, len(c.completion_token_ids) if c else 0)
+        if call.budgeted:
+            call.budgeted = False  # charged once, whichever path records it
+            self.sessions.budgets.charge(call.session.id, call.held, len(c.completion_token_ids) if c else 0)
         finished = time.time()
         status = status or (err.kind if err else "ok")
         self.metrics.call(

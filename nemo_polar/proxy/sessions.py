@@ -1,5 +1,5 @@
-"""Sessions as the proxy sees them: a key, an arrival counter, and in the session cache the turns it
-sampled, its last history and prompt ids.
+"""Sessions as the proxy sees them: a key, an arrival counter, its budget (`budget.py`), and in the session
+cache the turns it sampled, its last history and prompt ids.
 
 Kept in memory for the response path and backed by the store, so a restarted proxy recognises
 every key it handed out and continues each session's numbering and splicing where it stopped. Keys
@@ -15,9 +15,9 @@ import uuid
 from typing import Any
 
 from ..chat import Completion, ToolCall, Usage
-from ..errors import BudgetSpent
 from ..records import Session
 from ..store import SqliteStore, key_hash
+from .budget import Budgets
 from .history import Histories
 from .prompt_ids import PromptIds
 from .splice import SpliceIndex
@@ -34,8 +34,7 @@ class Sessions:
         self.store = store
         self._by_hash: dict[str, Session] = {}  # filled as keys are used (the store has only hashes)
         self._seq: dict[str, int] = {}
-        self._spent: dict[str, list[int]] = {}  # per session: calls recorded, tokens sampled (a budget's count)
-        self.spent_why: dict[str, str] = {}  # sessions refused for their budget, and why (the gateway stops them)
+        self.budgets = Budgets(store)
         # what makes a session's next call cheap, bounded by bytes (the store's last record of it is there too)
         self.cache = store.cache
         self.history = Histories(self.cache)  # each session's last history as validated (a restart revalidates)
@@ -70,8 +69,7 @@ class Sessions:
         for hashed in [h for h, s in self._by_hash.items() if s.id == session_id]:
             del self._by_hash[hashed]
         self._seq.pop(session_id, None)
-        self._spent.pop(session_id, None)
-        self.spent_why.pop(session_id, None)
+        self.budgets.forget(session_id)
         self.cache.forget(session_id)
 
     def next_seq(self, session_id: str) -> int:
@@ -80,35 +78,6 @@ class Sessions:
             seq = self.store.max_seq(session_id) + 1
         self._seq[session_id] = seq + 1
         return seq
-
-    def budget_left(self, session: Session) -> int | None:
-        """The sampled tokens the session may still ask for (None: no token budget); `BudgetSpent` once its
-        calls or tokens are spent (and the reason kept for the gateway)."""
-        if session.max_calls is None and session.max_sampled is None:
-            return None
-        calls, sampled = self._counts(session.id)
-        why = None
-        if session.max_calls is not None and calls >= session.max_calls:
-            why = f"session budget spent: {calls} model calls (its budget: {session.max_calls})"
-        elif session.max_sampled is not None and sampled >= session.max_sampled:
-            why = f"session budget spent: {sampled} sampled tokens (its budget: {session.max_sampled})"
-        if why is not None:
-            self.spent_why[session.id] = why
-            raise BudgetSpent(why + "; stop here")
-        return None if session.max_sampled is None else session.max_sampled - sampled
-
-    def charge(self, session_id: str, sampled: int) -> None:
-        """One more call of the session recorded, with what it sampled."""
-        counts = self._counts(session_id)
-        counts[0] += 1
-        counts[1] += sampled
-
-    def _counts(self, session_id: str) -> list[int]:
-        counts = self._spent.get(session_id)
-        if counts is None:  # after a restart: what the store holds of the session
-            records = self.store.records(session_id)
-            counts = self._spent[session_id] = [len(records), sum(len(r.completion_token_ids) for r in records)]
-        return counts
 
     def splices(self, session_id: str) -> SpliceIndex:
         """The session's sampled turns (read back from the store when the cache has none)."""
