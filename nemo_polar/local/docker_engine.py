@@ -134,18 +134,35 @@ class DockerEngine:
             have = self.client("image", "inspect", "--format", f'{{{{index .Config.Labels "{STAMP_LABEL}"}}}}', name)
             if have.returncode == 0 and have.stdout.decode().strip() == stamp:
                 continue
-            tar = subprocess.Popen(["tar", "-C", str(folder), "-c", "."], stdout=subprocess.PIPE)
-            try:
-                imported = subprocess.run(
-                    [_client() or "docker", "import", "--change", f"LABEL {STAMP_LABEL}={stamp}", "-", name],
-                    env=os.environ | self.env, stdin=tar.stdout, capture_output=True, timeout=600, check=False,
-                )  # fmt: skip
-            finally:
-                tar.wait()
-            if imported.returncode != 0:
-                raise ConfigError(f"importing {folder} as {name} failed: {imported.stderr.decode()[-1000:]}")
+            self.import_folder(folder, name, stamp)
             done.append(name)
         return done
+
+    def import_folder(self, folder: Path, name: str, stamp: str, timeout: float = 600) -> None:
+        """`tar` of `folder` piped into `docker import`, named `name` (labelled with `stamp`) only once both succeeded.
+        The image is imported without a name and tagged after: a tar that failed part way (an unreadable file, a
+        folder changing under it) ends its archive early or leaves files out, and what docker made of it is removed,
+        never named, since the label would keep it as current."""
+        cli = _client() or "docker"
+        tar, imported = pipe(
+            ["tar", "-C", str(folder), "-c", "."],
+            [cli, "import", "--change", f"LABEL {STAMP_LABEL}={stamp}", "-"],
+            env=os.environ | self.env,
+            timeout=timeout,
+        )
+        image = imported.stdout.decode().strip()
+        if imported.returncode == 0 and tar.returncode == 0:
+            tagged = self.client("tag", image, name)
+            if tagged.returncode == 0:
+                return
+            why = f"tagging {image}: {tagged.stderr.decode()[-1000:]}"
+        elif tar.returncode != 0:
+            why = f"tar exited {tar.returncode}: {tar.stderr.decode(errors='replace').strip()[-1000:]}"
+        else:
+            why = f"docker import exited {imported.returncode}: {imported.stderr.decode(errors='replace')[-1000:]}"
+        if image.startswith("sha256:"):
+            self.client("rmi", image)
+        raise ConfigError(f"importing {folder} as {name} failed: {why}")
 
     def tag(self, names: dict[str, str]) -> None:
         """Each `name` as another name for an image the engine has ({"debian:bookworm-slim": "polar-bookworm:local"}):
@@ -193,6 +210,45 @@ class DockerEngine:
             return " | ".join((self.root / "log" / "dockerd.log").read_text().splitlines()[-lines:])
         except FileNotFoundError:
             return "(no log)"
+
+
+def pipe(
+    producer: list[str], consumer: list[str], env: dict[str, str] | None = None, timeout: float = 600
+) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """`producer | consumer`, both waited for: (the producer with its stderr, the consumer with its stdout and stderr).
+    The parent closes its copy of the pipe once the consumer holds it, so a consumer that stops reading ends the
+    producer (SIGPIPE) instead of leaving it blocked on a full pipe; the producer's stderr goes to a file, which it
+    cannot block on while the consumer is read. A consumer out of time is killed with the producer: exit status 124."""
+    with tempfile.TemporaryFile() as errors:
+        first = subprocess.Popen(producer, stdout=subprocess.PIPE, stderr=errors, env=env)
+        try:
+            with first.stdout:  # type: ignore[union-attr]
+                second = subprocess.Popen(
+                    consumer, stdin=first.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+                )
+            try:
+                out, err = second.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                first.kill()
+                second.kill()
+                out, err = second.communicate()
+                second.returncode, err = 124, err + f"no end in {timeout:.0f} s".encode()
+            except BaseException:
+                first.kill()
+                second.kill()
+                second.wait()
+                raise
+        finally:
+            try:  # the consumer is gone: the producer ends with its output read, or at its next write
+                first.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                first.kill()
+                first.wait()
+        errors.seek(0)
+        return (
+            subprocess.CompletedProcess(producer, first.returncode, None, errors.read()),
+            subprocess.CompletedProcess(consumer, second.returncode, out, err),
+        )
 
 
 def _stamp(folder: Path) -> str:
