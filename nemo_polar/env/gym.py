@@ -321,16 +321,9 @@ def assemble(row: dict[str, Any], out: RolloutOutput, judged: Verdict) -> dict[s
 
 
 def unavailable_result(row: dict[str, Any], task_id: str, reason: str, model: str = "nemo_polar") -> dict[str, Any]:
-    """The rollout server could not run the task at all: masked, placeholder output."""
-    response = gym_masked_response(model, response_id=f"resp_{task_id}")
-    response["metadata"] = {META_TASK: task_id, META_SESSION: ""}
+    """The rollout server could not run the task at all: masked, placeholder output. Made as the output of a
+    session that holds nothing, so it has every field a session's result has (its metrics at zero)."""
+    out = rollout_output({}, task_id=task_id, model=model)
+    out.polar["session_id"] = None  # there was no session
     kind = "transport_unreachable" if "unreachable" in reason else "agent_request_failed"
-    return {
-        "responses_create_params": row.get("responses_create_params") or {"input": []},
-        "response": response,
-        **masked(kind, reason).fields(),
-        "polar_chains": 0,
-        "polar_trained_tokens": 0,
-        "polar_untrained_chain_tokens": 0,
-        "polar": {"task_id": task_id, "session_id": None, "traces_path": None, "chains": 0},
-    }
+    return assemble(row, out, masked(kind, reason))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nemo_polar.env.gym import Verdict, primary_chain, rollout_result
+from nemo_polar.env.gym import META_SESSION, META_TASK, Verdict, primary_chain, rollout_result, unavailable_result
 from nemo_polar.harnesses import HARNESSES
 from nemo_polar.traces.export import write_jsonl
 from nemo_polar.traces.models import Segment, Trace
@@ -44,6 +44,22 @@ def test_nemo_rl_penalises_an_empty_answer_without_failing_the_batch(tmp_path):
     (sample,) = nemo_rl_judge([result], reward_penalties={"penalize_empty_final_answer": True})
     assert "error" not in sample, sample["error"]
     assert sample["total_reward"] == 0.0  # penalised: the answer has no text
+
+
+def test_a_task_never_run_has_every_field_a_sessions_result_has(tmp_path):
+    """The result of a task the rollout server could not run is made as the output of a session that holds nothing:
+    every field and metric of a session's result is in it (`polar_side_call_chains` and `polar_grader_*` were
+    missing from a hand-copied list), at zero, and masked."""
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}}
+    normal = rollout_result(row, _session(tmp_path, {"session_completed": 1.0}), task_id="t")
+    never = unavailable_result(row, "t", "rollout server http://x unreachable")
+    assert set(never) == set(normal) - {"training_traces"}  # every chain, where there are chains
+    assert set(never["polar"]) == set(normal["polar"]) and set(never["response"]) == set(normal["response"])
+    assert {k: never[k] for k in normal if k.startswith("polar_")} == dict.fromkeys(
+        (k for k in normal if k.startswith("polar_")), 0
+    )
+    assert never["response"]["metadata"] == {META_TASK: "t", META_SESSION: ""} and never["polar"]["session_id"] is None
+    assert never["mask_sample"] is True and never["failure_kind"] == "transport_unreachable" and never["reward"] == 0.0
 
 
 def _chain(seqs: list[int], trained: int, **metadata) -> Trace:
