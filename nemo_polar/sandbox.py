@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from .containment import Containment, size_bytes
+
 TIMEOUT_RC = 124  # what `timeout(1)` returns: the command was killed at its deadline
 READ_GRACE_S = 2.0  # after a kill, how long to wait for output a stray process may still hold open
 # The host's top-level folders a sandbox sees: the operating system's programs, libraries and settings. Not
@@ -102,9 +104,13 @@ async def run_group(
     on_start: Callable[[int], None] = lambda pid: None,
     on_end: Callable[[int], None] = lambda pid: None,
     stdin: bytes | None = None,
+    max_output: int | None = None,
+    on_output_over: Callable[[], None] = lambda: None,
 ) -> tuple[int, str, str]:
     """Run to completion in a new process group; at `timeout` the whole group is killed and rc is
-    TIMEOUT_RC. Raises OSError when the command cannot start."""
+    TIMEOUT_RC. Past `max_output` bytes of stdout and stderr together the group is killed too (what came
+    after is not kept: an endless stream costs the node nothing). Raises OSError when the command cannot
+    start."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         env=env,
@@ -116,7 +122,8 @@ async def run_group(
     )
     on_start(proc.pid)
     feeder = None if stdin is None else asyncio.create_task(_feed(proc.stdin, stdin))
-    readers = asyncio.gather(proc.stdout.read(), proc.stderr.read())
+    kept = _Kept(max_output, lambda: (kill_group(proc.pid), on_output_over()))
+    readers = asyncio.gather(kept.read(proc.stdout), kept.read(proc.stderr))
     try:
         await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
         timed_out = False
@@ -145,27 +152,71 @@ async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
         pass
 
 
-class ProcessGroups:
-    """The process groups one owner (a runtime) runs commands in, so that stopping it kills what still runs."""
+class _Kept:
+    """What a command's two pipes may bring together; once past it, `over` is called and the rest read and dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None, over: Callable[[], object]):
+        self.left, self.over = limit, over  # called once
+
+    async def read(self, stream: asyncio.StreamReader) -> bytes:
+        if self.left is None:
+            return await stream.read()
+        chunks = []
+        while chunk := await stream.read(1 << 16):
+            if self.left > 0:
+                chunks.append(chunk[: self.left])
+            self.left -= len(chunk)
+            if self.left < 0:
+                self.left, over, self.over = 0, self.over, lambda: None
+                over()
+        return b"".join(chunks)
+
+
+class ProcessGroups:
+    """The process groups one owner (a runtime) runs commands in, so that stopping it kills what still runs; with a
+    `Containment`, within the session's limits."""
+
+    def __init__(self, containment: Containment | None = None) -> None:
         self.started: list[int] = []  # every group's leader, in order
         self.live: set[int] = set()
+        self.containment = containment
 
     async def run(
         self, argv: list[str], env: dict[str, str] | None, cwd: Path | None, timeout: float | None
     ) -> tuple[int, str, str]:
-        return await run_group(argv, env, cwd, timeout, self._started, self.live.discard)
+        box = self.containment
+        if box is None:
+            return await run_group(argv, env, cwd, timeout, self._started, self.live.discard)
+        output = box.limits.output
+        why = f"limit: output ({output}): a command wrote more to stdout and stderr"
+        watcher = asyncio.ensure_future(box.watch(self.kill_all))
+        try:
+            ran = await run_group(
+                box.wrap(argv),
+                env,
+                cwd,
+                timeout,
+                self._started,
+                self.live.discard,
+                max_output=size_bytes(output),
+                on_output_over=lambda: box.over(why),
+            )
+        finally:
+            watcher.cancel()
+        await box.measure()  # what it wrote in its last moments
+        return ran
 
     def _started(self, pgid: int) -> None:
         self.started.append(pgid)
         self.live.add(pgid)
 
     def kill_all(self) -> list[int]:
-        """Every group still running killed; their leaders."""
+        """Every group still running killed, and with a containment every process of the session; the leaders."""
         live = list(self.live)
         for pgid in live:
             kill_group(pgid)
+        if self.containment is not None:
+            self.containment.kill_all()
         return live
 
 

@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_polar"
 # bottom to top; a part imports only its own layer and those below (docs/architecture.md, "Layers")
 LAYERS = [
     {"errors", "config", "plugins", "states", "chat", "records", "record_codec", "migrations", "store", "rollup",
-     "sandbox", "serving", "control", "metrics", "logs", "session_cache", "daemons"},
+     "sandbox", "serving", "control", "metrics", "logs", "session_cache", "daemons", "redaction",
+     "containment"},
     {"runtimes", "harnesses", "evaluators", "traces"},
     {"contracts", "proxy", "local", "nemo_rl"},
     {"tasks", "recipes", "server"},

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, field_validator
 
 from ..config import Strict
+from ..containment import Limits
 from ..errors import SandboxError
 from ..plugins import Plugin
 from . import history, toolchain
@@ -140,6 +141,10 @@ class Runtime(Plugin, ABC):
         cannot tell). A verifier that shares the agent's environment runs with them."""
         return None
 
+    def exceeded(self) -> str | None:
+        """The limit (`runtime.limits`) the session passed, and how, once its agent has ended; None: none."""
+        return None
+
 
 def inside_path(path: str, what: str) -> str:
     """`path` when it is absolute, not /, without .., and not under `RESERVED`."""
@@ -162,7 +167,13 @@ def parse_volume(volume: str) -> tuple[str, str, bool]:
 
 
 class Placed(Strict):
-    """The checks of `workdir` and `volumes`, for every kind's settings that declare them."""
+    """What every kind's settings share: the session's limits, and the checks of `workdir` and `volumes` for those
+    that declare them."""
+
+    limits: Limits = Field(
+        default_factory=Limits,
+        description="what one session may use of the node: processes, memory, disk, output (containment.py)",
+    )
 
     @field_validator("workdir", check_fields=False)
     @classmethod
@@ -203,7 +214,9 @@ class EngineSettings(ContainerSettings):
     """An engine's resource limits beside the image (docker, apptainer)."""
 
     cpus: float | None = Field(None, gt=0, description="CPU limit")
-    memory: str | None = Field(None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="memory limit, e.g. 2g or 512m")
+    memory: str | None = Field(
+        None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="memory limit, e.g. 2g or 512m (null: runtime.limits.memory)"
+    )
     gpus: int = Field(0, ge=0, description="docker: that many GPUs (device requests); apptainer: --nv when > 0")
 
 

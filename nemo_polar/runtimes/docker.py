@@ -65,6 +65,11 @@ class DockerSettings(EngineSettings):
         return self
 
 
+# What a harness and a task's `prepare` steps do as root in their container: own and write any file (chown, chmod,
+# pip and npm installs), signal their own processes, drop to a user (apt's _apt, su), bind a port below 1024.
+CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE")
+
+
 def container_kwargs(
     spec: RuntimeSpec,
     settings: EngineSettings,
@@ -89,10 +94,15 @@ def container_kwargs(
         "labels": {SESSION_LABEL: name, ROOT_LABEL: root},
         "user": user,  # the gateway's uid: files in the working copy stay ours to read and remove
     }
+    # root in the container, without what no harness needs (raw sockets, device nodes, chroot, file capabilities,
+    # audit) and unable to gain more (setuid binaries): runtime.limits' processes and memory hold as in local
+    kwargs |= {"cap_drop": ["ALL"], "cap_add": list(CAPABILITIES), "security_opt": ["no-new-privileges"]}
+    if settings.limits.processes is not None:
+        kwargs["pids_limit"] = settings.limits.processes
     if settings.cpus is not None:
         kwargs["nano_cpus"] = int(settings.cpus * 1e9)
-    if settings.memory is not None:
-        kwargs["mem_limit"] = kwargs["memswap_limit"] = settings.memory  # equal: no swap on top
+    if (memory := settings.memory or settings.limits.memory) is not None:
+        kwargs["mem_limit"] = kwargs["memswap_limit"] = memory  # equal: no swap on top
     if settings.gpus:
         kwargs["device_requests"] = [{"Driver": "", "Count": settings.gpus, "Capabilities": [["gpu"]]}]
     return kwargs

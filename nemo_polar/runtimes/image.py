@@ -32,6 +32,7 @@ from pathlib import Path
 
 from pydantic import field_validator
 
+from ..containment import Containment
 from ..sandbox import ProcessGroups
 from .base import ContainerRuntime, ContainerSettings, outside, remove_tree
 from .spec import RuntimeSpec
@@ -71,7 +72,8 @@ class ImageRuntime(ContainerRuntime):
         self.layers = [Path(layer) for layer in settings.image.split(":")]
         self.bwrap, self.unshare, self.mount, self.sh = _tool("bwrap"), _tool("unshare"), _tool("mount"), _tool("sh")
         self.upper, self.scratch, self.root = self.folder / "upper", self.folder / "overlay-work", self.folder / "root"
-        self.groups = ProcessGroups()
+        self.containment = Containment(self.folder.name, settings.limits, [self.folder])
+        self.groups = ProcessGroups(self.containment)
 
     async def start(self) -> None:
         try:
@@ -83,6 +85,7 @@ class ImageRuntime(ContainerRuntime):
             await self._prepare()
             for folder in (self.upper, self.scratch, self.root):
                 folder.mkdir()
+            self.containment.start()
             # the working directory exists even when the image has none (docker creates its working_dir too)
             (self.upper / self.inside_work.relative_to("/")).mkdir(parents=True, exist_ok=True)
             await self.cut_history()
@@ -133,9 +136,13 @@ class ImageRuntime(ContainerRuntime):
 
         return await asyncio.to_thread(walk)
 
+    def exceeded(self) -> str | None:
+        return self.containment.exceeded()
+
     async def stop(self) -> None:
         try:
             self.groups.kill_all()
+            self.containment.stop()
         finally:
             if self.tunnel is not None:
                 await self.tunnel.stop()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Self
 
 from pydantic import Field
 
+from ..containment import Containment, Limits
 from ..sandbox import SYSTEM, ProcessGroups, bwrap_argv, host_folders, needed_paths
 from . import toolchain
 from .base import (
@@ -89,6 +90,7 @@ class LocalRuntime(Runtime):
             env=spec.env,
             workdir=settings.workdir,
             volumes=settings.volumes,
+            limits=settings.limits,
         )
 
     def __init__(
@@ -103,6 +105,7 @@ class LocalRuntime(Runtime):
         env: dict[str, str] | None = None,
         workdir: str | None = None,
         volumes: list[str] = (),
+        limits: Limits | None = None,
     ) -> None:
         self.folder = Path(root).resolve() / (session_id or uuid.uuid4().hex)
         self.work, self.home = self.folder / "work", self.folder / "home"
@@ -130,7 +133,9 @@ class LocalRuntime(Runtime):
         if self.bwrap:
             self.inside_tools, self.inside_scripts = IN_TOOLS, IN_SCRIPTS
         self.volumes = [parse_volume(v) for v in volumes]
-        self.groups = ProcessGroups()
+        # the limits hold for every command, sandboxed or not
+        self.containment = Containment(self.folder.name, limits or Limits(), [self.folder])
+        self.groups = ProcessGroups(self.containment)
 
     @property
     def sandboxed(self) -> bool:
@@ -147,6 +152,7 @@ class LocalRuntime(Runtime):
                 "runs sessions without it (install bubblewrap, or run the task in an image)"
             )
         await asyncio.to_thread(make_folders, self.folder, self.work, self.home, self.repo, self.commit)
+        self.containment.start()
         if self.tunnel is not None:
             try:
                 await self.tunnel.start()
@@ -209,8 +215,12 @@ class LocalRuntime(Runtime):
         """Nothing: the host is read-only and /tmp is each command's own (None without bubblewrap)."""
         return [] if self.bwrap else None
 
+    def exceeded(self) -> str | None:
+        return self.containment.exceeded()
+
     async def stop(self) -> None:
         self.groups.kill_all()
+        self.containment.stop()
         if self.tunnel is not None:
             await self.tunnel.stop()
         await asyncio.to_thread(remove_tree, self.folder)

@@ -93,6 +93,12 @@ class RuntimeSpec(BaseModel):
         )
 
     @property
+    def limits(self) -> Any:
+        """What one session may use of the node (`containment.Limits`: every kind's `limits` setting)."""
+        cls = self.kinds[self.kind]
+        return cls.parse_settings(self.options).limits
+
+    @property
     def sandboxed(self) -> bool:
         """Whether its kind, with these settings, runs the session in a sandbox (`local` with sandbox
         false does not), as its class says (`Runtime.sandboxes`)."""

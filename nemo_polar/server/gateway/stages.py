@@ -72,6 +72,7 @@ class Work:
     changed_outside: list[str] | None = None  # paths the session changed outside its working copy
     infra_error: str | None = None  # set when the session failed for the node's sake: masked
     budget_spent: str | None = None  # why the proxy refused the session's calls for its budget
+    limit_exceeded: str | None = None  # the limit of the node's (runtime.limits) that ended the session
 
 
 class HarnessStages:
@@ -132,6 +133,7 @@ class HarnessStages:
         except Exception as exc:
             work.infra_error = str(exc) if isinstance(exc, HarnessNotInstalled) else f"{type(exc).__name__}: {exc}"
             raise
+        work.limit_exceeded = runtime.exceeded()
         work.exit_code, work.agent_timed_out = rc, rc == TIMEOUT_RC and work.budget_spent is None
         work.stdout_tail, work.stderr_tail = out[-STREAM_TAIL:], err[-STREAM_TAIL:]
         folder = self.root / "logs" / job.session_id
@@ -215,6 +217,8 @@ class HarnessStages:
             return Evaluation.infra(work.infra_error)
         if work.budget_spent is not None and work.request.task.budget.on_spent == "mask":
             return Evaluation.infra(work.budget_spent)
+        if work.limit_exceeded is not None and work.request.task.runtime.limits.on_exceeded == "mask":
+            return Evaluation.infra(work.limit_exceeded)
         status = job.outcome or SessionState.COMPLETED
         if status is SessionState.CANCELLED:  # early stop or shutdown: not graded, and never a 0 in training
             return Evaluation.infra(f"not graded: {job.cause or 'cancelled'}")
@@ -280,6 +284,7 @@ class HarnessStages:
             | {"exit_code": work.exit_code, "agent_timed_out": work.agent_timed_out, "finished_at": time.time()}
             | {"logs": work.logs, "harness_version": work.harness_version, "evaluation_s": work.evaluation_s}
             | ({"budget_spent": work.budget_spent} if work.budget_spent else {})
+            | ({"limit_exceeded": work.limit_exceeded} if work.limit_exceeded else {})
             | ({"agent_left": work.agent_left} if work.agent_left else {})
             | ({"changed_outside_workdir": work.changed_outside} if work.changed_outside else {})
             | ({"prepare": work.prepare} if work.prepare else {})
@@ -289,6 +294,6 @@ class HarnessStages:
             node_id=self.node_id,
             error=job.error
             or job.cause
-            or (failure if failure and failure == work.budget_spent else None)
+            or (failure if failure and failure in (work.budget_spent, work.limit_exceeded) else None)
             or (f"evaluation: {failure}" if evaluation and failure else None),
         )
