@@ -10,11 +10,14 @@ kind's, the evaluator's config) by its own `Settings` model, so a typo is refuse
 submitted (400, naming the known ones), never on a node after its sandbox was built. Specs read back
 from a store were checked when they were submitted: validated with `plugins.STORED` as context, their
 plug-ins are not loaded again.
+
+A task's secrets (every `env` value, and the values of the keys it names in `secret_keys`) travel to the node
+that runs it as given, and are masked wherever a task is shown (`redaction.Secrets`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -23,6 +26,7 @@ from .config import Strict
 from .evaluators import EVALUATORS
 from .harnesses import HARNESSES
 from .plugins import stored
+from .redaction import Secrets
 from .runtimes.spec import RuntimeSpec
 from .states import SessionState
 from .traces import BUILDERS
@@ -137,6 +141,13 @@ class TaskSpec(Strict):
         description="cap on each model call's sampled tokens (NeMo-RL writes it into every row)",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    secret_keys: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        max_length=256,
+        description="more keys whose values are never shown (read routes, the task-result callback, polar view, "
+        "log lines), at any depth of the spec: a dataset field, a harness or evaluator setting; every `env` "
+        "value (the harness's, the runtime's, a step's) is never shown either (nemo_polar/redaction.py)",
+    )
 
     @field_validator("builder")
     @classmethod
@@ -154,6 +165,11 @@ class TaskSpec(Strict):
         if self.early_stop_k is not None and self.group_id is None and self.early_stop_k > self.num_samples:
             raise ValueError(f"early_stop_k ({self.early_stop_k}) is more than num_samples ({self.num_samples})")
         return self
+
+    @property
+    def secrets(self) -> Secrets:
+        """What is never shown of this task (`redaction.Secrets`)."""
+        return Secrets.of(self.model_dump(mode="json"))
 
     @property
     def call_budget(self) -> int | None:

@@ -226,7 +226,7 @@ async def _sessions(
     t0 = time.monotonic()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         while True:  # the node registers on its own, a moment after it listens
-            async with http.get(rollout + "/nodes") as resp:
+            async with http.get(rollout + "/nodes", headers=headers) as resp:
                 if any(n["healthy"] for n in (await resp.json())["nodes"]):
                     break
             await asyncio.sleep(0.2)
@@ -241,7 +241,7 @@ async def _sessions(
                 running.add(task_id)
             await asyncio.sleep(0.2)
             for task_id in list(running):
-                async with http.get(f"{rollout}/tasks/{task_id}") as resp:
+                async with http.get(f"{rollout}/tasks/{task_id}", headers=headers) as resp:
                     body = await resp.json()
                 states = [s["state"] for s in body["sessions"]]
                 if all(s in ("completed", "error", "timeout", "cancelled") for s in states):

@@ -12,12 +12,13 @@ from ..rollup import COLUMNS, cells
 from ..server.client import RolloutAPI
 
 
-def fetch(url: str, task_id: str | None = None) -> dict:
-    return asyncio.run(_fetch(url, task_id))
+def fetch(url: str, task_id: str | None = None, token: str | None = None) -> dict:
+    """What the server holds; `token`: its control token, when it has one (every read needs it)."""
+    return asyncio.run(_fetch(url, task_id, token))
 
 
-async def _fetch(url: str, task_id: str | None) -> dict:
-    async with RolloutAPI(url, timeout_s=10) as api:
+async def _fetch(url: str, task_id: str | None, token: str | None) -> dict:
+    async with RolloutAPI(url, token, timeout_s=10) as api:
         tasks, nodes = await asyncio.gather(api.tasks(), api.nodes())
         one = await api.task(task_id) if task_id else None
     return {"tasks": tasks, "nodes": nodes} | ({"task": one} if one else {})

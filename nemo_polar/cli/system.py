@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from .parsing import ConfigFile
 
@@ -60,9 +61,10 @@ def _serve_gateway(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from ..cluster.topology import TOKEN_ENV
     from .status import fetch, render
 
-    status = fetch(args.url, args.task)
+    status = fetch(args.url, args.task, os.environ.get(TOKEN_ENV))
     if args.json:
         print(json.dumps(status))
     else:
@@ -90,7 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         func=_serve_gateway, config=ConfigFile("gateway", "nemo_polar.server.gateway.node:GatewayConfig")
     )
 
-    status = sub.add_parser("status", help="tasks and gateway nodes of a running rollout server")
+    status = sub.add_parser(
+        "status", help="tasks and gateway nodes of a running rollout server (its token: $POLAR_CONTROL_TOKEN)"
+    )
     status.add_argument("--url", default="http://127.0.0.1:8900")
     status.add_argument("--task", default=None, help="this task's sessions, each with its rollup")
     status.add_argument("--json", action="store_true")

@@ -10,7 +10,8 @@ session's row and records, and a version that changes whenever something the pag
 (the page is told, and asks again).
 Stores are read, never written: records through the record store's read API opened read-only, the
 rollout store through its own class (which brings an older schema forward when opened, as every polar
-command does).
+command does). A task's secrets are masked in what the page shows of it (`redaction.Secrets`; a rollout
+server's answers come masked).
 """
 
 from __future__ import annotations
@@ -197,7 +198,10 @@ class RunSource:
         return await asyncio.to_thread(self._listing)
 
     def _listing(self) -> list[dict[str, Any]]:
-        tasks = {t.id: task_entry(t.id, t.status, t.spec, t.created_at) for t in self.store.tasks()}
+        tasks, secrets = {}, {}
+        for t in self.store.tasks():
+            secrets[t.id] = t.spec.secrets
+            tasks[t.id] = secrets[t.id].scrub(task_entry(t.id, t.status, t.spec, t.created_at))
         missing = []
         for s in self.store.sessions():
             task = tasks.get(s.task_id)
@@ -208,7 +212,8 @@ class RunSource:
             psid = result.get("proxy_session_id")
             if self.rollups is not None and psid and not result.get("rollup") and self.rollups.get(psid) is None:
                 missing.append(psid)
-            task["sessions"].append(session_row(task, body, self.rollups.get(psid) if self.rollups else None))
+            row = session_row(task, body, self.rollups.get(psid) if self.rollups else None)
+            task["sessions"].append(secrets[s.task_id].scrub(row))
         if missing and self.rollups is not None:
             self.rollups.want(missing)
         return list(tasks.values())
@@ -222,6 +227,7 @@ class RunSource:
         row = session_row(task_entry(t.id, t.status, t.spec, t.created_at), s.as_json())
         moves = self.store.transitions(session_id)
         row |= {"result": s.result, "instruction": t.spec.instruction, "transitions": moves}
+        row = t.spec.secrets.scrub(row)  # a result's text may repeat a secret of its task
         if self.records is None:
             return row, []
         psid = row["proxy_session_id"] or self.records.proxy_session_of(session_id)  # live: no result yet

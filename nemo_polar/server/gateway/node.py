@@ -28,6 +28,7 @@ from ...contracts import DispatchRequest, NodeCapacity, NodeMetrics, NodeRegistr
 from ...control import http_error
 from ...metrics import NodeGauges
 from ...proxy.app import Proxy
+from ...redaction import hide
 from ...runtimes import RUNTIMES
 from ...serving import ServerThread, run
 from ...states import SessionState
@@ -115,6 +116,7 @@ class GatewayNode:
         """The session joins the pipeline; False when it is already here (a dispatch sent again)."""
         if req.session_id in self.jobs:
             return False
+        hide(req.task.secrets.values)  # this process's log lines never show them
         job = self.stages.job(req)
         self.jobs[req.session_id] = job
         self.pipeline.submit(job)

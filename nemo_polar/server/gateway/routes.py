@@ -1,7 +1,7 @@
 """A gateway node's HTTP routes: the rollout server's side of a session, and the proxy behind them.
 
     POST /sessions                  a DispatchRequest (202; 409 when the session is already here)
-    GET /sessions/{id}              its state
+    GET /sessions/{id}              its state (and the cause, its task's secrets masked)
     DELETE /sessions/{id}           cancel it (cleanup still runs)
 
 The sandboxes reach this port (the proxy is on it), so the node's own routes and the proxy's
@@ -24,6 +24,7 @@ from ...control import error_response, parse, read_json, require_token, route
 from ...errors import NotFound, PolarError
 from ...metrics import NodeGauges, scrape
 from ...proxy.app import Proxy
+from ...redaction import hidden, scrub
 from ...serving import json_response
 from .pipeline import Job
 
@@ -93,7 +94,8 @@ class NodeRoutes:
         job = self.node.jobs.get(request.path_params["session_id"])
         if job is None:
             raise NotFound(f"no session {request.path_params['session_id']!r} on this node")
-        return json_response({"session_id": job.session_id, "state": job.state.value, "cause": job.cause})
+        cause = scrub(job.cause, hidden())  # what a step failed with may repeat a secret of the task
+        return json_response({"session_id": job.session_id, "state": job.state.value, "cause": cause})
 
     @route(guarded=True)
     async def cancel(self, request: Request) -> Response:

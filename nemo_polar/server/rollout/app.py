@@ -1,8 +1,9 @@
 """The rollout server's HTTP surface: each route parses its input, calls one `RolloutService` verb
 and renders the answer. The domain (state machine, scheduling, early stop) is in `service.py`.
 
-Node routes (register, heartbeat, drain, callbacks) and admin routes (submit, cancel, inference)
-need the `x-polar-control-token` header when a control token is configured; reads are open. Every
+Every route but `/health` and `/metrics` (which carry no secret) needs the `x-polar-control-token` header
+when a control token is configured: writes (submit, cancel, node routes, callbacks, inference) and reads
+(tasks, nodes, events) alike, and a task is shown with its secrets masked (`redaction.Secrets`). Every
 error has the one control-route body (`nemo_polar.control.error_body`).
 """
 
@@ -85,11 +86,11 @@ class RolloutServer:
         task, sessions = await self.service.submit(spec)
         return json_response({"task_id": task.id, "status": task.status, "session_ids": [s.id for s in sessions]}, 201)
 
-    @route(guarded=False)
+    @route(guarded=True)
     async def list_tasks(self, request: Request) -> Response:
         return json_response({"tasks": await self.service.tasks(request.query_params.get("status"))})
 
-    @route(guarded=False)
+    @route(guarded=True)
     async def get_task(self, request: Request) -> Response:
         return json_response(await self.service.task(request.path_params["task_id"]))
 
@@ -105,7 +106,7 @@ class RolloutServer:
         node = await self.service.register(parse(NodeRegistration, await read_json(request)))
         return json_response(node.as_json(), 201)
 
-    @route(guarded=False)
+    @route(guarded=True)
     async def list_nodes(self, request: Request) -> Response:
         return json_response({"nodes": await self.service.nodes()})
 
@@ -149,7 +150,7 @@ class RolloutServer:
         return json_response({"action": action, "ok": ok, "nodes": by_node})
 
     # --- events -------------------------------------------------------------------------------
-    @route(guarded=False)
+    @route(guarded=True)
     async def stream_events(self, request: Request) -> Response:
         q = self.service.events.subscribe()
 

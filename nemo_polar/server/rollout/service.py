@@ -38,6 +38,7 @@ from ...control import LOOPBACK
 from ...errors import Forbidden, IllegalMove, NotFound, RequestInvalid
 from ...evaluators import grader_touches
 from ...metrics import RolloutMetrics
+from ...redaction import Secrets, hide
 from ...states import SessionState
 from ..client import NodeAPI, NodeTarget
 from . import scheduler
@@ -261,6 +262,7 @@ class RolloutService:
             # the nodes copy it from a filesystem they share with this server (a cluster's)
             raise RequestInvalid(f"runtime.repo: no folder {spec.runtime.repo!r} on the rollout server's machine")
         task, sessions = self.store.submit(spec)
+        hide(spec.secrets.values)  # this process's log lines never show them
         self._emit("task", task_id=task.id, status=task.status)
         return task, sessions
 
@@ -271,12 +273,15 @@ class RolloutService:
         ]
 
     def task_result(self, task_id: str) -> dict[str, Any]:
-        """The task, its sessions with states and results, counts by state: also the callback's body."""
+        """The task, its sessions with states and results, counts by state: also the callback's body. Its
+        secrets are masked (`redaction.Secrets`): in the spec, and wherever a result's text repeats one."""
         task = self.store.task(task_id)
+        spec = task.spec.model_dump(mode="json")
+        secrets = Secrets.of(spec)
         return task.as_json() | {
-            "spec": task.spec.model_dump(mode="json"),
+            "spec": secrets.spec(spec),
             "counts": self.store.counts(task_id),
-            "sessions": [s.as_json() for s in self.store.sessions(task_id)],
+            "sessions": secrets.scrub([s.as_json() for s in self.store.sessions(task_id)]),
         }
 
     def _cancel(self, task_id: str) -> list[SessionRow]:

@@ -87,12 +87,12 @@ def node_up(tmp_path: Path, node_id: str, rollout_url: str, upstream_url: str) -
 
 
 def node_registered(rollout_url: str, node_id: str) -> bool:
-    nodes = httpx.get(rollout_url + "/nodes", timeout=2).json()["nodes"]
+    nodes = httpx.get(rollout_url + "/nodes", headers=H, timeout=2).json()["nodes"]
     return any(n["node_id"] == node_id and n["healthy"] for n in nodes)
 
 
 def task_body(rollout_url: str, task_id: str) -> dict:
-    return httpx.get(f"{rollout_url}/tasks/{task_id}", timeout=5).json()
+    return httpx.get(f"{rollout_url}/tasks/{task_id}", headers=H, timeout=5).json()
 
 
 def sandboxed_processes(marker: str) -> list[int]:

@@ -48,8 +48,8 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
                 assert (
                     httpx.request(method, node_url + path, headers={"x-polar-control-token": "tok"}).status_code == 401
                 )
-            assert "token" not in httpx.get(rollout.url + "/nodes").text  # and the rollout server never shows it
             headers = {"x-polar-control-token": "tok"}
+            assert "token" not in httpx.get(rollout.url + "/nodes", headers=headers).text  # never shown, even so
             task = {
                 "task_id": "t1",
                 "instruction": "Say hello.",
@@ -60,13 +60,14 @@ def test_a_task_runs_on_a_node_and_every_session_reports(fake_upstream, tmp_path
             assert httpx.post(rollout.url + "/tasks", json=task, headers=headers).status_code in (200, 201)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                body = httpx.get(rollout.url + "/tasks/t1").json()
+                body = httpx.get(rollout.url + "/tasks/t1", headers=headers).json()
                 if body.get("status") not in (None, "running", "pending"):
                     break
                 time.sleep(0.3)
             # each session's rollup travels with its result; the task list sums them; polar status prints both
-            listed = {t["task_id"]: t for t in httpx.get(rollout.url + "/tasks").json()["tasks"]}["t1"]
-            shown = fetch(rollout.url, "t1")
+            listed = {t["task_id"]: t for t in httpx.get(rollout.url + "/tasks", headers=headers).json()["tasks"]}
+            listed = listed["t1"]
+            shown = fetch(rollout.url, "t1", "tok")
         rollups = [s["result"]["rollup"] for s in body["sessions"]]
         assert all(r["calls"] >= 1 and r["prompt_tokens"] > 0 and r["trained_tokens"] > 0 for r in rollups), rollups
         assert listed["rollup"]["calls"] == sum(r["calls"] for r in rollups)

@@ -142,6 +142,10 @@ def test_unknown_task_and_node_are_404(client):
         ("POST", "/nodes/n1/drain", None),
         ("POST", "/callbacks/session_result", {}),
         ("POST", "/callbacks/session_state", {}),
+        ("GET", "/tasks", None),
+        ("GET", "/tasks/x", None),
+        ("GET", "/nodes", None),
+        ("GET", "/events", None),
     ],
 )
 @pytest.mark.parametrize("token", [None, "wrong"])
@@ -151,8 +155,8 @@ def test_control_token_required(srv, method, path, body, token):
     assert r.status_code == 401 and "x-polar-control-token" in r.json()["error"]["message"]
 
 
-def test_reads_need_no_token(srv):
-    for path in ("/health", "/tasks", "/nodes"):
+def test_health_and_metrics_need_no_token(srv):
+    for path in ("/health", "/metrics"):
         assert httpx.get(srv.url + path).status_code == 200
 
 
@@ -346,7 +350,7 @@ def test_events_stream_state_changes(srv, client):
     ready = threading.Event()
 
     def listen() -> None:
-        with httpx.stream("GET", srv.url + "/events", timeout=10) as r:
+        with httpx.stream("GET", srv.url + "/events", headers=H, timeout=10) as r:
             for line in r.iter_lines():
                 if line.startswith(": connected"):
                     ready.set()

@@ -43,7 +43,7 @@ def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)  # mid-run, nothing flushed on purpose
         proc.wait(10)
         proc = start(port, store)
-        sessions = {s["session_id"]: s for s in httpx.get(url + "/tasks/t").json()["sessions"]}
+        sessions = {s["session_id"]: s for s in httpx.get(url + "/tasks/t", headers=H).json()["sessions"]}
         assert sessions[done]["state"] == "completed" and sessions[done]["result"]["reward"] == 1.0
         assert sessions[running]["state"] == "error" and sessions[running]["result"]["masked"]
         assert "restarted" in (sessions[running]["result"]["error"] or "")
@@ -56,6 +56,7 @@ def test_kill_9_mid_run_then_restart_loses_nothing(tmp_path):
             text=True,
             timeout=60,
             check=True,
+            env=os.environ | {"POLAR_CONTROL_TOKEN": "tok"},  # every read wants the token
         ).stdout
         assert "completed 1" in shown and "error 1" in shown and "registered 1" in shown and "n1" in shown
     finally:
