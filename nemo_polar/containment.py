@@ -34,7 +34,7 @@ log = logging.getLogger("nemo_polar.gateway")
 SIZE = r"^[0-9]+[bkmgBKMG]?$"
 _UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 CGROUPS = Path("/sys/fs/cgroup")
-POLL_S = 2.0  # how often a running session is looked at: its cgroup's counts, its folders' size
+POLL_S = 0.5  # how often a running session is looked at: its cgroup's counts, its folders' size
 
 
 class Limits(Strict):
@@ -60,11 +60,24 @@ class Containment:
     """One session's limits as this machine enforces them. `start` before its first command, `wrap` every command,
     `stop` once it is over (its processes killed, its cgroup removed)."""
 
-    def __init__(self, name: str, limits: Limits, folders: Sequence[Path] = ()):
+    def __init__(
+        self, name: str, limits: Limits, folders: Sequence[Path] = (), more_used: Callable[[], int] | None = None
+    ):
         self.name, self.limits, self.folders = f"polar-{name}", limits, list(folders)
+        self.more_used = more_used  # bytes the session holds beyond its folders (a container's own layer)
         self.cgroups: dict[str, Path] = {}  # controller ("pids", "memory", or "" for v2) -> the session's cgroup
+        self.owned = True  # made here, so removed here (not a container's, which its engine removes)
         self.reason: str | None = None  # a limit the watchers saw passed (disk, output)
         self.how = "none"
+
+    def adopt(self, pid: int) -> None:
+        """The cgroups `pid` is in (a container's, made and limited by its engine), read for what they counted."""
+        self.owned, self.how = False, "the engine's cgroup"
+        found = _own_cgroups(pid)
+        if (CGROUPS / "cgroup.controllers").exists():
+            self.cgroups = {"": CGROUPS / found.get("", "/").lstrip("/")}
+        else:
+            self.cgroups = {c: CGROUPS / c / found[c].lstrip("/") for c in ("pids", "memory") if c in found}
 
     # -- set-up and tear-down
 
@@ -153,12 +166,17 @@ class Containment:
         if disk is None or not self.folders:
             return False
         used = await _used(self.folders)
+        if self.more_used is not None:
+            used += await asyncio.to_thread(self.more_used)
         if used > disk:
             self.over(f"limit: disk ({self.limits.disk}): the session's folders hold {used} bytes")
         return used > disk
 
     def _remove(self) -> None:
         """The cgroups removed: a killed process leaves its cgroup once gone, so a few tries, a second at most."""
+        if not self.owned:
+            self.cgroups = {}
+            return
         for _ in range(100):
             for controller, group in list(self.cgroups.items()):
                 with contextlib.suppress(FileNotFoundError):
@@ -215,10 +233,10 @@ def _make_cgroups(name: str, processes: int | None, memory: int | None) -> dict[
     return made
 
 
-def _own_cgroups() -> dict[str, str]:
-    """This process's cgroup per controller (v1), and "" for the unified one."""
+def _own_cgroups(pid: int | str = "self") -> dict[str, str]:
+    """A process's cgroup per controller (v1), and "" for the unified one."""
     found = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         for controller in controllers.split(",") if controllers else [""]:
             found[controller] = path

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
+import signal
 import threading
 import time
 from pathlib import Path
@@ -28,6 +30,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from ..containment import Containment, size_bytes
 from ..errors import ConfigError, SandboxError
 from ..sandbox import TIMEOUT_RC
 from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, EngineSettings, outside, remove_tree
@@ -39,6 +42,7 @@ START_TIMEOUT_S = 60.0
 # what the engine itself puts in every container (`init`: its docker-init), never the session's change
 ENGINE_MOUNTS = frozenset({"/sbin/docker-init", "/usr/sbin/docker-init"})
 KILL_AFTER_S = 2
+log = logging.getLogger("nemo_polar.gateway")
 
 
 def container_name(session_id: str) -> str:
@@ -130,6 +134,15 @@ class DockerRuntime(ContainerRuntime):
         self.instance = container_name(session_id)
         self.client = docker.from_env()
         self.container = None
+        # the engine limits processes and memory (container_kwargs); disk and output are measured here
+        self.containment = Containment(self.instance, settings.limits, [self.folder], self._layer_size)
+
+    def _layer_size(self) -> int:
+        """What the container wrote to its own layer, as the engine counts it."""
+        if self.container is None:
+            return 0
+        listed = self.client.api.containers(all=True, size=True, filters={"id": self.container.id})
+        return sum(c.get("SizeRw") or 0 for c in listed)
 
     @classmethod
     def available(cls) -> bool:
@@ -179,6 +192,9 @@ class DockerRuntime(ContainerRuntime):
                 self.root,
             )
             self.container = await asyncio.to_thread(self.client.containers.run, **kwargs)
+            await asyncio.to_thread(self.container.reload)  # `run` returns what `create` said: no pid yet
+            if pid := self.container.attrs["State"]["Pid"]:
+                self.containment.adopt(pid)
             if self.tunnel is not None:
                 await asyncio.to_thread(self._wait_ready)
             self.path = image_path(self.container.attrs, self.spec)
@@ -208,23 +224,63 @@ class DockerRuntime(ContainerRuntime):
     ) -> tuple[int, str, str]:
         assert self.container is not None, "start() first"
         t0 = time.monotonic()
-        run = asyncio.to_thread(
-            self.container.exec_run,
+        api = self.client.api
+        created = await asyncio.to_thread(
+            api.exec_create,
+            self.container.id,
             exec_argv(argv, timeout),
             environment=self.command_env(env),
             workdir=str(self.inside_work),
-            demux=True,
         )
+        exec_id = created["Id"]
+        watcher = asyncio.ensure_future(self.containment.watch(lambda: self._kill_exec(exec_id)))
         # a backstop past the in-container deadline: a wedged exec is ended by stop() removing the container
         try:
-            result = await asyncio.wait_for(run, None if timeout is None else timeout + KILL_AFTER_S + 10)
+            out, err = await asyncio.wait_for(
+                asyncio.to_thread(self._read_exec, exec_id), None if timeout is None else timeout + KILL_AFTER_S + 10
+            )
         except TimeoutError:
             return TIMEOUT_RC, "", "(exec did not return after its deadline)"
-        out, err = result.output or (None, None)
-        rc = result.exit_code
+        finally:
+            watcher.cancel()
+        await self.containment.measure()
+        rc = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
         if timeout is not None and rc in (124, 137) and time.monotonic() - t0 >= timeout:
             rc = TIMEOUT_RC
-        return rc, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+        return rc, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def _read_exec(self, exec_id: str) -> tuple[bytes, bytes]:
+        """The exec's stdout and stderr as they come, kept up to `runtime.limits.output` together: past it the exec
+        is killed and the rest dropped (an endless stream costs the node nothing)."""
+        limit = self.containment.limits.output
+        left = size_bytes(limit)
+        kept: tuple[list[bytes], list[bytes]] = ([], [])
+        for pair in self.client.api.exec_start(exec_id, stream=True, demux=True):
+            for chunk, into in zip(pair, kept, strict=True):
+                if not chunk:
+                    continue
+                if left is not None:
+                    into.append(chunk[: max(left, 0)])
+                    if left >= 0 and (left := left - len(chunk)) < 0:
+                        self.containment.over(f"limit: output ({limit}): a command wrote more to stdout and stderr")
+                        self._kill_exec(exec_id)
+                else:
+                    into.append(chunk)
+        return b"".join(kept[0]), b"".join(kept[1])
+
+    def _kill_exec(self, exec_id: str) -> None:
+        """The exec's process group killed (`timeout` leads it), from the host."""
+        try:
+            pid = self.client.api.exec_inspect(exec_id)["Pid"]
+            if pid:
+                os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except Exception:  # noqa: BLE001 - the engine went: nothing left to kill
+            log.warning("could not kill exec %s of %s", exec_id, self.instance, exc_info=True)
+
+    def exceeded(self) -> str | None:
+        return self.containment.exceeded()
 
     async def quiesce(self) -> list[str]:
         """What ran in the container beyond our own processes, as the engine lists them (`docker top`, which no

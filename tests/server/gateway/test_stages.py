@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
 from nemo_polar.harnesses.shell import CHECK_AGENT
@@ -123,6 +124,26 @@ def test_a_spent_budget_is_graded_as_it_stands_when_the_task_says_so(proxy, tmp_
     result = run_one(proxy, tmp_path, _budgeted("s-b2", calls=2, on_spent="score"))
     assert not result.masked and result.reward == 0.0  # session_completed: a harness that was stopped did not end
     assert result.stats["budget_spent"].startswith("session budget spent: 2 model calls")
+
+
+@pytest.mark.parametrize("on_exceeded", ["mask", "score"])
+def test_a_session_past_a_limit_ends_with_its_reason_masked_or_graded_as_the_task_says(proxy, tmp_path, on_exceeded):
+    task = TaskSpec(
+        task_id="t1",
+        instruction="x",
+        harness={"name": "shell", "command": "yes polar"},  # an endless stream on stdout
+        runtime={"kind": "local", "limits": {"output": "1m", "on_exceeded": on_exceeded}},
+        agent_timeout_s=300,
+    )
+    started = time.monotonic()
+    result = run_one(proxy, tmp_path, DispatchRequest(session_id=f"s-l-{on_exceeded}", task=task, callback_url="x"))
+    assert time.monotonic() - started < 60  # not the agent's 300 s
+    why = "limit: output (1m): a command wrote more to stdout and stderr"
+    assert result.stats["limit_exceeded"] == why and not result.stats["agent_timed_out"]
+    if on_exceeded == "mask":
+        assert result.masked and result.reward is None and result.error == why
+    else:
+        assert not result.masked and result.reward == 0.0  # session_completed: the harness did not end by itself
 
 
 def test_a_harness_that_ignores_max_steps_is_held_to_it_by_the_proxy():
