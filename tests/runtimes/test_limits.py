@@ -162,7 +162,7 @@ def test_a_container_has_a_process_limit_and_no_capability_beyond_what_harnesses
 
 def teardown_module() -> None:
     if TABLE:
-        print("\n| runtime | attack | ended by | after (s) | neighbour alone (s) | neighbour beside it, slowest (s) |")
+        print("\n| sandbox | attack | ended by | after (s) | neighbour alone (s) | neighbour beside it, slowest (s) |")
         print("|---|---|---|---|---|---|")
         for kind, attack, why, ended, alone, beside in TABLE:
             print(f"| {kind} | {attack} | {why} | {ended:.1f} | {alone} | {beside} |")
