@@ -134,6 +134,8 @@ class HarnessStages:
             work.infra_error = str(exc) if isinstance(exc, HarnessNotInstalled) else f"{type(exc).__name__}: {exc}"
             raise
         work.limit_exceeded = runtime.exceeded()
+        secrets = task.secrets  # what the harness printed of its environment is kept without it
+        out, err = secrets.scrub(out), secrets.scrub(err)
         work.exit_code, work.agent_timed_out = rc, rc == TIMEOUT_RC and work.budget_spent is None
         work.stdout_tail, work.stderr_tail = out[-STREAM_TAIL:], err[-STREAM_TAIL:]
         folder = self.root / "logs" / job.session_id

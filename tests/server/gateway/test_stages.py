@@ -146,6 +146,21 @@ def test_a_session_past_a_limit_ends_with_its_reason_masked_or_graded_as_the_tas
         assert not result.masked and result.reward == 0.0  # session_completed: the harness did not end by itself
 
 
+def test_the_logs_kept_of_a_harness_that_printed_its_environment_show_no_secret(proxy, tmp_path):
+    secret = "sk-live-7f3a9c2e"
+    task = TaskSpec(
+        task_id="t1",
+        instruction="x",
+        harness={"name": "shell", "command": "env; echo $POLAR_TOKEN >&2"},
+        runtime={"kind": "local", "env": {"POLAR_TOKEN": secret}},
+    )
+    result = run_one(proxy, tmp_path, DispatchRequest(session_id="s-env", task=task, callback_url="x"))
+    kept = Path(result.stats["logs"])
+    out, err = (kept / "stdout.txt").read_text(), (kept / "stderr.txt").read_text()
+    assert "POLAR_TOKEN=[redacted]" in out and err.strip() == "[redacted]"
+    assert secret not in out + err
+
+
 def test_a_harness_that_ignores_max_steps_is_held_to_it_by_the_proxy():
     task = TaskSpec(instruction="x", harness={"name": "opencode", "max_steps": 7})
     assert task.call_budget == 7  # opencode has no step limit of its own
