@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, field_validator
 
 from ..config import Strict
-from ..containment import Limits
+from ..containment import Containment, Limits
 from ..errors import SandboxError
 from ..plugins import Plugin
 from . import history, toolchain
@@ -141,9 +141,11 @@ class Runtime(Plugin, ABC):
         cannot tell). A verifier that shares the agent's environment runs with them."""
         return None
 
+    containment: Containment | None = None  # how this kind holds the session to `runtime.limits`, where it does
+
     def exceeded(self) -> str | None:
-        """The limit (`runtime.limits`) the session passed, and how, once its agent has ended; None: none."""
-        return None
+        """The limit (`runtime.limits`) the session passed, once its agent has ended; None: none."""
+        return None if self.containment is None else self.containment.exceeded()
 
 
 def inside_path(path: str, what: str) -> str:

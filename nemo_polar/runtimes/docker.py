@@ -279,9 +279,6 @@ class DockerRuntime(ContainerRuntime):
         except Exception:  # noqa: BLE001 - the engine went: nothing left to kill
             log.warning("could not kill exec %s of %s", exec_id, self.instance, exc_info=True)
 
-    def exceeded(self) -> str | None:
-        return self.containment.exceeded()
-
     async def quiesce(self) -> list[str]:
         """What ran in the container beyond our own processes, as the engine lists them (`docker top`, which no
         program of the image can change); when anything did, the container restarted (`restart -t 0`: all of it

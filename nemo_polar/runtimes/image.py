@@ -136,9 +136,6 @@ class ImageRuntime(ContainerRuntime):
 
         return await asyncio.to_thread(walk)
 
-    def exceeded(self) -> str | None:
-        return self.containment.exceeded()
-
     async def stop(self) -> None:
         try:
             self.groups.kill_all()

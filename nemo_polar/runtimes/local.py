@@ -215,9 +215,6 @@ class LocalRuntime(Runtime):
         """Nothing: the host is read-only and /tmp is each command's own (None without bubblewrap)."""
         return [] if self.bwrap else None
 
-    def exceeded(self) -> str | None:
-        return self.containment.exceeded()
-
     async def stop(self) -> None:
         self.groups.kill_all()
         self.containment.stop()

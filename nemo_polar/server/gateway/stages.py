@@ -287,6 +287,7 @@ class HarnessStages:
             | {"logs": work.logs, "harness_version": work.harness_version, "evaluation_s": work.evaluation_s}
             | ({"budget_spent": work.budget_spent} if work.budget_spent else {})
             | ({"limit_exceeded": work.limit_exceeded} if work.limit_exceeded else {})
+            | ({"limits_held_by": work.runtime.containment.how} if work.runtime and work.runtime.containment else {})
             | ({"agent_left": work.agent_left} if work.agent_left else {})
             | ({"changed_outside_workdir": work.changed_outside} if work.changed_outside else {})
             | ({"prepare": work.prepare} if work.prepare else {})

@@ -140,6 +140,7 @@ def test_a_session_past_a_limit_ends_with_its_reason_masked_or_graded_as_the_tas
     assert time.monotonic() - started < 60  # not the agent's 300 s
     why = "limit: output (1m): a command wrote more to stdout and stderr"
     assert result.stats["limit_exceeded"] == why and not result.stats["agent_timed_out"]
+    assert result.stats["limits_held_by"] in ("cgroup v1 (pids, memory)", "cgroup v2", "rlimits")  # said which
     if on_exceeded == "mask":
         assert result.masked and result.reward is None and result.error == why
     else:
