@@ -4,7 +4,8 @@ untrusted work (a harness in a session's runtime, an agent's patched code under 
 A command's whole group is killed at its deadline, on cancellation and after it exits, so nothing
 it started in the background outlives it. Under bubblewrap a command sees the host's system folders
 read-only and none of its data (`host_folders`), /tmp is private, only the named folders are writable, and
-the network is loopback only.
+the network is loopback only. A process group of ours that serves (vLLM, a launch's processes) is stopped
+with a grace (`stop_group`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import asyncio
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -225,6 +228,28 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_group(target: int | subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the process group (a process group id, or our child that leads one), then SIGKILL whatever is left
+    after `grace_s`. A child of ours is reaped as it exits: unreaped, its zombie keeps the group alive for
+    `killpg` and every stop took the whole grace."""
+    child = target if isinstance(target, subprocess.Popen) else None
+    pgid = child.pid if child is not None else int(target)
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if child is not None:
+            child.poll()
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    kill_group(pgid)
 
 
 async def collect(readers: asyncio.Future) -> tuple[str, str]:

@@ -12,9 +12,10 @@ from nemo_polar.bench.fake_upstream import FakeUpstreamThread
 from nemo_polar.config import ProxyConfig
 from nemo_polar.local import docker_engine
 from nemo_polar.local.docker_engine import DockerEngine
-from nemo_polar.local.vllm_server import TINY_MODEL, VLLM_PYTHON, VLLMServer
+from nemo_polar.local.vllm_server import VLLM_PYTHON, VLLMServer
 from nemo_polar.nemo_rl import NemoRLNotFound, locate
 from nemo_polar.nemo_rl.server import NEMO_RL_VLLM_PYTHON, NemoRLServer
+from nemo_polar.paths import TINY_MODEL
 from nemo_polar.proxy.serve import ProxyThread, free_port
 
 # NeMo-RL's own code judges what we hand it: the checkout NEMO_RL_DIR names (CI: ../shared/upstream/nemo-rl).

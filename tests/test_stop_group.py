@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from nemo_polar.local.vllm_server import stop_group
+from nemo_polar.sandbox import stop_group
 
 # a group leader with a child of its own (as vLLM's API server and its engine), both leaving on SIGTERM
 SLEEP = "import time; time.sleep(60)"

@@ -38,9 +38,9 @@ import aiohttp
 import orjson
 
 from ..chat import ChatRequest, Message
-from ..local.vllm_server import stop_group
 from ..proxy.backends.vllm import VLLMBackend
 from ..proxy.serve import free_port
+from ..sandbox import stop_group
 from .fake_upstream import SERVED_MODEL
 
 DIALECTS = ("openai_chat", "openai_responses", "anthropic", "gemini")

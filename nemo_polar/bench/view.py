@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contracts import HarnessSpec, SessionResult, TaskSpec, Timing
-from ..local.vllm_server import TINY_MODEL
+from ..paths import TINY_MODEL
 from ..records import CompletionRecord, Session, UpstreamInfo
 from ..states import SessionState
 from ..store import SqliteStore

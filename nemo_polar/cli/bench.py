@@ -30,7 +30,7 @@ def _bench_proxy(args: argparse.Namespace) -> int:
 
 def _bench_long(args: argparse.Namespace) -> int:
     from ..bench.long import MODES, run
-    from ..local.vllm_server import DEPS
+    from ..paths import DEPS
 
     tokenizer = args.tokenizer or str(DEPS / "models" / "tiny")
     modes = MODES if Path(tokenizer, "tokenizer.json").is_file() or args.tokenizer else ("fake",)

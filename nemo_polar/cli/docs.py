@@ -8,7 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"  # the repository's
+from ..paths import ROOT
+
+DOCS = ROOT / "docs"  # the repository's
 
 
 def written(root: argparse.ArgumentParser) -> dict[str, str]:

@@ -28,7 +28,7 @@ def _vllm_start(args: argparse.Namespace) -> int:
 
 
 def _vllm_stop(args: argparse.Namespace) -> int:
-    from ..local.vllm_server import stop_group
+    from ..sandbox import stop_group
 
     pidfile = Path(args.pidfile)
     if not pidfile.exists():

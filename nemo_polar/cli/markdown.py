@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from ..local.vllm_server import DEPS, ROOT
+from ..paths import DEPS, ROOT
 
 NONE = "–"  # an empty cell
 

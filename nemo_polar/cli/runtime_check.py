@@ -30,8 +30,8 @@ from ..contracts import HarnessSpec
 from ..errors import ConfigError, HarnessNotInstalled
 from ..harnesses import HARNESSES, Endpoint
 from ..harnesses.install import check_install
-from ..local.vllm_server import DEPS
 from ..nemo_rl.server import local_server
+from ..paths import DEPS
 from ..proxy.backends import BACKENDS
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import RUNTIMES

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..local.vllm_server import stop_group
 from ..nemo_rl.versions import NEMO_RL_COMMIT, ignores_mask_sample
+from ..sandbox import stop_group
 from . import slurm
 from .topology import TOKEN_ENV, LaunchConfig, plan, sidecar_commands
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from .. import daemons
 from ..daemons import Daemon, proc_stat, wait
 from ..errors import ConfigError
-from ..local.vllm_server import DEPS
+from ..paths import DEPS
 from . import netns
 
 PLUGIN = DEPS / "slurm" / "polar_container.so"

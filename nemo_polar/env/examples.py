@@ -37,12 +37,14 @@ from pathlib import Path
 from ..config import ProxyConfig
 from ..evaluators import EVALUATORS
 from ..harnesses import HARNESSES
-from ..local.vllm_server import DEPS, ROOT, VLLMServer, stop_group
+from ..local.vllm_server import VLLMServer
 from ..nemo_rl import GYM_VERSIONS
+from ..paths import DEPS, ROOT
 from ..plugins import Registry
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
 from ..runtimes import RUNTIMES
+from ..sandbox import stop_group
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
 from ..traces import BUILDERS

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..local.vllm_server import DEPS
 from ..nemo_rl import NemoRL, NemoRLNotFound, locate
 from ..nemo_rl.locate import Served, by_result
+from ..paths import DEPS
 from .examples import PYTHON_313, UV_CACHE, gym_settings
 
 PYTHON = DEPS / "nemo_rl_gym" / "bin" / "python"

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 
 from ..config import Strict
 from ..contracts import HarnessSpec, NodeCapacity, RuntimeSpec
-from ..local.vllm_server import ROOT, TINY_MODEL
+from ..paths import ROOT, TINY_MODEL
 
 # Toy prompts whose reward (the answer holds a digit) the random model earns tens of percent of the time:
 # a dense enough signal for a few steps to move it (a sparse one, a few percent, does not learn).

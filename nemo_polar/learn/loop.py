@@ -45,8 +45,9 @@ from ..config import ProxyConfig
 from ..contracts import EvaluatorSpec, TaskSpec
 from ..env.nemo_rl_actor import GymActor, locate_actor
 from ..errors import ConfigError
-from ..local.vllm_server import ROOT, VLLMServer
+from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
+from ..paths import ROOT
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
 from ..records import CompletionRecord

@@ -29,7 +29,7 @@ from pathlib import Path
 from .. import daemons
 from ..daemons import Daemon, wait
 from ..errors import ConfigError
-from .vllm_server import DEPS
+from ..paths import DEPS
 
 ROOTFS = DEPS / "rootfs"
 STAMP_LABEL = "nemo_polar.rootfs"  # on an imported image: the set-up's stamp of the folder it came from

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -19,9 +18,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPS = Path(os.environ.get("POLAR_DEPS", ROOT / ".deps"))
-TINY_MODEL = DEPS / "models" / "tiny"
+from ..paths import DEPS, TINY_MODEL
+from ..sandbox import stop_group
+
 VLLM_PYTHON = DEPS / "vllm" / "bin" / "python"
 
 
@@ -150,28 +149,3 @@ def healthy(url: str) -> bool:
             return r.status == 200
     except OSError:
         return False
-
-
-def stop_group(target: int | subprocess.Popen, grace_s: float = 15.0) -> None:
-    """SIGTERM the process group (a process group id, or our child that leads one), then SIGKILL whatever is left
-    after `grace_s`. A child of ours is reaped as it exits: unreaped, its zombie keeps the group alive for
-    `killpg` and every stop took the whole grace."""
-    child = target if isinstance(target, subprocess.Popen) else None
-    pgid = child.pid if child is not None else int(target)
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if child is not None:
-            child.poll()
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

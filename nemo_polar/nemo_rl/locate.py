@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, PolarError
-from ..local.vllm_server import DEPS
+from ..paths import DEPS
 
 WORKER = Path(__file__).with_name("worker.py")
 HOW = (

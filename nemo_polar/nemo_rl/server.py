@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..local.vllm_server import DEPS, VLLMServer
+from ..local.vllm_server import VLLMServer
+from ..paths import DEPS
 from .locate import NemoRL, locate
 
 NEMO_RL_VLLM_PYTHON = DEPS / "nemo_rl_vllm" / "bin" / "python"

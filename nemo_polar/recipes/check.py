@@ -21,8 +21,9 @@ from ..config import BackendConfig, Strict
 from ..contracts import EvaluatorSpec, HarnessSpec, RuntimeSpec, SessionBudget
 from ..errors import ConfigError, problems
 from ..nemo_rl import NemoRL, NemoRLNotFound, locate
+from ..paths import ROOT
 
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+RECIPES_DIR = ROOT / "recipes"
 POLAR_AGENT_PATH = "env.nemo_gym.polar_agent.responses_api_agents.polar_agent"
 
 # What `polar launch slurm` adds to every run, so a recipe that breaks under them fails here, not on the cluster.

@@ -33,9 +33,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..paths import DEPS
+
 # where the folder is on this machine, and the paths in it the harnesses launch
-ROOT = Path(__file__).resolve().parents[2]
-TOOLS = Path(os.environ.get("POLAR_TOOLS") or Path(os.environ.get("POLAR_DEPS", ROOT / ".deps")) / "tools")
+TOOLS = Path(os.environ.get("POLAR_TOOLS") or DEPS / "tools")
 NODE = "node/bin/node"
 PYTHON = "python/bin/python3"  # also runs forward.py inside sandboxes
 OPENHANDS_PYTHON = "openhands/bin/python3"

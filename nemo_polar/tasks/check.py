@@ -31,7 +31,7 @@ from ..evaluators.boxes import FILES, HostBox
 from ..evaluators.harbor import HarborEvaluator
 from ..evaluators.patch import apply_patch
 from ..evaluators.tests import TestsEvaluator
-from ..local.vllm_server import DEPS
+from ..paths import DEPS
 from ..runtimes.docker import DockerRuntime
 from ..runtimes.fresh import FreshSandbox
 from ..runtimes.history import future

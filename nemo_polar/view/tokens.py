@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-from ..local.vllm_server import TINY_MODEL
+from ..paths import TINY_MODEL
 
 
 def _byte_decoder() -> dict[str, int]:

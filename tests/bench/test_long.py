@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nemo_polar.bench.long import run
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 
 
 def test_long_session_bench_reports_storage_latency_and_the_trace_build():

@@ -30,8 +30,8 @@ from nemo_polar.env.examples import (
     readme_lists,
 )
 from nemo_polar.evaluators.base import GRADER_TOUCHES
-from nemo_polar.local.vllm_server import ROOT
 from nemo_polar.nemo_rl import GYM_VERSIONS
+from nemo_polar.paths import ROOT
 
 NEWEST = GYM_VERSIONS[-1]
 RESOURCES_CONFIG = "resources_servers/polar/configs/polar.yaml"  # the config Gym's validation message names

@@ -20,8 +20,8 @@ import pytest
 
 from nemo_polar.env.nemo_rl_actor import GymActor, locate_actor
 from nemo_polar.learn.data import gym_results, gym_rows
-from nemo_polar.local.vllm_server import ROOT
 from nemo_polar.nemo_rl import NemoRLFailed, NemoRLNotFound
+from nemo_polar.paths import ROOT
 from nemo_polar.server.rollout import RolloutConfig, RolloutThread
 
 from ..conftest import SERVED_NAME, requires_nemo_rl

@@ -12,7 +12,7 @@ import pytest
 
 from nemo_polar.config import ProxyConfig
 from nemo_polar.harnesses import Endpoint, Harness
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 from nemo_polar.proxy.serve import ProxyThread
 from nemo_polar.records import CompletionRecord
 from nemo_polar.runtimes import TIMEOUT_RC

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 
 from ..conftest import SERVED_NAME
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 
 
 @cache

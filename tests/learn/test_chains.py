@@ -12,7 +12,7 @@ import torch
 
 from nemo_polar.learn.data import AGENT, further_chains
 from nemo_polar.learn.policy import Policy
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 from nemo_polar.traces.export import gym_output_items, training_traces
 from nemo_polar.traces.models import Segment, Trace
 

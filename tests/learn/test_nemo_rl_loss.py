@@ -16,7 +16,7 @@ import torch
 from nemo_polar.learn.data import gym_results, training_samples
 from nemo_polar.learn.data import samples as to_samples
 from nemo_polar.learn.policy import Policy, Sample
-from nemo_polar.local.vllm_server import ROOT, TINY_MODEL
+from nemo_polar.paths import ROOT, TINY_MODEL
 from nemo_polar.traces.export import write_jsonl
 from nemo_polar.traces.models import Segment, Trace
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from nemo_polar.learn.policy import Policy, Sample
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 
 
 def test_an_update_trains_even_when_the_caller_switched_grad_off(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nemo_polar.errors import ConfigError
-from nemo_polar.local.vllm_server import DEPS
+from nemo_polar.paths import DEPS
 from nemo_polar.tasks.harbor import BUNDLED, Dockerfile, bundled, load_dataset, load_task, strip_canary
 
 HARBOR_PY = DEPS / "harbor" / "bin" / "python"  # scripts/setup.sh harbor: harbor 0.26.0 on Python 3.12

@@ -14,7 +14,7 @@ from nemo_polar.bench.view import write_run
 from nemo_polar.cli import main
 from nemo_polar.contracts import HarnessSpec, TaskSpec
 from nemo_polar.errors import ConfigError
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 from nemo_polar.server.rollout.store import RolloutStore
 from nemo_polar.store import SqliteStore
 from nemo_polar.view.app import ViewThread

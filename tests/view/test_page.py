@@ -17,7 +17,7 @@ import pytest
 
 from nemo_polar.cli.up import UpConfig, up
 from nemo_polar.config import load
-from nemo_polar.local.vllm_server import TINY_MODEL
+from nemo_polar.paths import TINY_MODEL
 from nemo_polar.store import SqliteStore
 from nemo_polar.view.app import ViewThread
 from nemo_polar.view.browser import mark_ms
