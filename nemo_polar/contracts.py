@@ -17,6 +17,7 @@ that runs it as given, and are masked wherever a task is shown (`redaction.Secre
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -200,6 +201,19 @@ class Timing(BaseModel):
     postrun_s: float = 0.0
 
 
+class FailureKind(StrEnum):
+    """Why a session was masked, named where it happened; the values are NeMo Gym's failure vocabulary
+    (`nemo_gym/failure_kinds.py`), so a Gym result carries the kind as it is (`env/gym.py`)."""
+
+    AGENT_RUN_ERROR = "agent_run_error"  # the agent's run broke or never happened (gateway: RUN, its budget or limit)
+    VERIFIER_ERROR = "verifier_error"  # the evaluator could not judge (gateway: POST-RUN's evaluation)
+    SESSION_LOST = "session_lost"  # its node was lost or the rollout server restarted (rollout server)
+    AGENT_TIMEOUT = "agent_timeout"  # past session_timeout_s (gateway, or the rollout server's backstop)
+    CANCELLED = "cancelled"  # the task was cancelled, or stopped early (rollout server, gateway)
+    TRANSPORT_UNREACHABLE = "transport_unreachable"  # no session: the rollout server gave no answer (Gym agent)
+    AGENT_REQUEST_FAILED = "agent_request_failed"  # no session: the row or the task was refused (Gym agent)
+
+
 class SessionResult(BaseModel):
     """A session's outcome, sent by its gateway node; the rollout server keeps the first it gets."""
 
@@ -220,6 +234,9 @@ class SessionResult(BaseModel):
     timing: Timing = Timing()
     node_id: str | None = None
     error: str | None = None
+    failure_kind: FailureKind | None = Field(
+        None, description="why it is masked, set where that happened (`error` says it in words, for people)"
+    )
 
 
 class DispatchRequest(BaseModel):

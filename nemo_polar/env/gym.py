@@ -20,8 +20,8 @@ Session -> `/run` result (`rollout_result`)
 Masking (`verdict`)
     An infrastructure failure (the session did not complete, the node lost it, the evaluator could
     not judge, no trainable tokens, the rollout server unreachable) is masked, never scored 0:
-    `mask_sample: true` (Gym 0.7.0's field) and `instance_config.mask_sample: true` (what NeMo-RL
-    main reads), `failure_kind` from Gym's vocabulary, `reward: 0.0` because Gym requires a float.
+    main reads), `failure_kind` from Gym's vocabulary (the session result's own, set where the failure
+    happened: `contracts.FailureKind`), `reward: 0.0` because Gym requires a float.
     Its output is the one-token placeholder of `export.gym_masked_response`, since NeMo-RL rejects
     a rollout without generation data before it reads the mask; the placeholder's first prompt
     groups with no real task, so it stays out of the real group's baseline.
@@ -36,8 +36,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..contracts import TaskSpec
-from ..errors import ControlError
+from ..contracts import FailureKind, TaskSpec
+from ..errors import ControlError, ControlUnreachable
 from ..evaluators.base import GRADER_TOUCHES, grader_touches
 from ..server.client import RolloutAPI
 from ..states import SessionState
@@ -156,7 +156,7 @@ class Verdict:
 
 
 def masked(kind: str, reason: str) -> Verdict:
-    return Verdict(0.0, True, kind, reason[:2000])
+    return Verdict(0.0, True, str(kind), reason[:2000])
 
 
 def timeout_policy(judged: Verdict, timeout_reward: str) -> Verdict:
@@ -172,15 +172,15 @@ def verdict(session: dict[str, Any]) -> Verdict:
     result = session.get("result") or {}
     state = SessionState(result.get("status") or session.get("state"))
     error = str(result.get("error") or "")
+    # what the result says failed; a result without one (a node of an older version) failed in its run
+    kind = FailureKind(result["failure_kind"]) if result.get("failure_kind") else FailureKind.AGENT_RUN_ERROR
     if state is SessionState.TIMEOUT:
-        return masked("agent_timeout", error or "session timed out")
+        return masked(FailureKind.AGENT_TIMEOUT, error or "session timed out")
     if state is SessionState.CANCELLED:
-        return masked("cancelled", error or "session cancelled")
+        return masked(FailureKind.CANCELLED, error or "session cancelled")
     if state is not SessionState.COMPLETED:
-        lost = "lost" in error or "restarted" in error
-        return masked("session_lost" if lost else "agent_run_error", error or f"session ended in {state.value}")
+        return masked(kind, error or f"session ended in {state.value}")
     if result.get("masked") or result.get("reward") is None:
-        kind = "verifier_error" if "evaluation" in error else "agent_run_error"
         return masked(kind, error or "the session result is masked")
     reward = float(result["reward"])
     if not math.isfinite(reward):
@@ -320,10 +320,18 @@ def assemble(row: dict[str, Any], out: RolloutOutput, judged: Verdict) -> dict[s
     }
 
 
-def unavailable_result(row: dict[str, Any], task_id: str, reason: str, model: str = "nemo_polar") -> dict[str, Any]:
-    """The rollout server could not run the task at all: masked, placeholder output. Made as the output of a
-    session that holds nothing, so it has every field a session's result has (its metrics at zero)."""
+def unavailable_kind(exc: ControlError) -> FailureKind:
+    """Why the rollout server ran no session: it gave no answer, or it refused the task (or its result never came)."""
+    return (
+        FailureKind.TRANSPORT_UNREACHABLE if isinstance(exc, ControlUnreachable) else FailureKind.AGENT_REQUEST_FAILED
+    )
+
+
+def unavailable_result(
+    row: dict[str, Any], task_id: str, reason: str, kind: FailureKind, model: str = "nemo_polar"
+) -> dict[str, Any]:
+    """The rollout server could not run the task at all (`kind` says why): masked, placeholder output. Made as the
+    output of a session that holds nothing, so it has every field a session's result has (its metrics at zero)."""
     out = rollout_output({}, task_id=task_id, model=model)
     out.polar["session_id"] = None  # there was no session
-    kind = "transport_unreachable" if "unreachable" in reason else "agent_request_failed"
     return assemble(row, out, masked(kind, reason))

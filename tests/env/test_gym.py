@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nemo_polar.contracts import FailureKind
 from nemo_polar.env.gym import META_SESSION, META_TASK, Verdict, primary_chain, rollout_result, unavailable_result
 from nemo_polar.harnesses import HARNESSES
 from nemo_polar.traces.export import write_jsonl
@@ -52,7 +53,7 @@ def test_a_task_never_run_has_every_field_a_sessions_result_has(tmp_path):
     missing from a hand-copied list), at zero, and masked."""
     row = {"responses_create_params": {"input": [{"role": "user", "content": "hi"}]}}
     normal = rollout_result(row, _session(tmp_path, {"session_completed": 1.0}), task_id="t")
-    never = unavailable_result(row, "t", "rollout server http://x unreachable")
+    never = unavailable_result(row, "t", "rollout server http://x: no answer", FailureKind.TRANSPORT_UNREACHABLE)
     assert set(never) == set(normal) - {"training_traces"}  # every chain, where there are chains
     assert set(never["polar"]) == set(normal["polar"]) and set(never["response"]) == set(normal["response"])
     assert {k: never[k] for k in normal if k.startswith("polar_")} == dict.fromkeys(

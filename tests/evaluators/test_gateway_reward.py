@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nemo_polar.contracts import DispatchRequest, SessionResult, TaskSpec
+from nemo_polar.contracts import DispatchRequest, FailureKind, SessionResult, TaskSpec
 from nemo_polar.server.gateway.pipeline import Pipeline
 from nemo_polar.server.gateway.stages import HarnessStages
 from nemo_polar.states import SessionState
@@ -42,7 +42,7 @@ def _run(proxy, tmp_path, command: str, row: dict, repo) -> SessionResult:
 def test_the_fix_scores_one(proxy, task_copy, tmp_path):
     _, row, pristine, _ = task_copy("paginate")
     result = _run(proxy, tmp_path, FIX, row, pristine)
-    assert result.status is SessionState.COMPLETED and not result.masked
+    assert result.status is SessionState.COMPLETED and not result.masked and result.failure_kind is None
     assert result.reward == 1.0 and result.reward_components == {"resolved": 1.0}
     assert result.stats["evaluation"]["evaluator"] == "tests"
     assert result.stats["evaluation"]["details"]["fail_to_pass"] == 1.0
@@ -53,3 +53,4 @@ def test_no_fix_scores_zero_and_a_bad_row_is_masked(proxy, task_copy, tmp_path):
     assert _run(proxy, tmp_path / "a", "true", row, pristine).reward == 0.0
     bad = _run(proxy, tmp_path / "b", FIX, {k: v for k, v in row.items() if k != "FAIL_TO_PASS"}, pristine)
     assert bad.masked and bad.reward is None and "FAIL_TO_PASS" in bad.error
+    assert bad.failure_kind is FailureKind.VERIFIER_ERROR  # named where the evaluation failed, not read from its words

@@ -90,7 +90,8 @@ def test_the_rollouts_are_what_our_servers_return(server):
     rollouts = read_rows(GYM_ROOT / server / DATA["rollouts"])
     assert len(rows) == len(rollouts) == EXAMPLES
     assert sorted(r["_ng_task_index"] for r in rollouts) == list(range(EXAMPLES))  # one per row
-    ours = set(polar_gym.unavailable_result({}, "t", "unreachable"))  # every field a /run result of ours has
+    never = polar_gym.unavailable_result({}, "t", "no answer", polar_gym.FailureKind.TRANSPORT_UNREACHABLE)
+    ours = set(never)  # every field a /run result of ours has
     ours -= NOT_YET_COLLECTED
     for rollout in rollouts:
         row = rows[rollout["_ng_task_index"]]

@@ -150,7 +150,9 @@ class PolarAgent(SimpleResponsesAPIAgent):
         try:
             task = polar_gym.task_from_row(row, self._task_defaults())
         except ValueError as exc:  # a malformed row: the task cannot even be stated
-            return polar_gym.unavailable_result(row, "invalid-row", f"invalid row: {exc}")
+            return polar_gym.unavailable_result(
+                row, "invalid-row", f"invalid row: {exc}", polar_gym.FailureKind.AGENT_REQUEST_FAILED
+            )
         self._check_sampling(row)
         task.group_id = self._groups.of(row)
         task.early_stop_k = self.config.early_stop_k if task.group_id else None
@@ -164,7 +166,7 @@ class PolarAgent(SimpleResponsesAPIAgent):
             session = await self._client.wait(task.task_id, task.session_timeout_s + self.config.wait_grace_s)
         except polar_gym.RolloutUnavailable as exc:
             await self._client.cancel(task.task_id)
-            return polar_gym.unavailable_result(row, task.task_id, str(exc))
+            return polar_gym.unavailable_result(row, task.task_id, str(exc), polar_gym.unavailable_kind(exc))
         out = polar_gym.rollout_output(session, task_id=task.task_id, builder=task.builder)
         judged = await self._verify(row, out.response, session, cookies)
         return polar_gym.assemble(row, out, polar_gym.timeout_policy(judged, self.config.timeout_reward))

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...contracts import DispatchRequest, SessionResult
+from ...contracts import DispatchRequest, FailureKind, SessionResult
 from ...errors import HarnessNotInstalled, SandboxError
 from ...evaluators import EVALUATORS, EvalContext, Evaluation
 from ...harnesses import HARNESSES, Endpoint
@@ -40,7 +40,7 @@ from ...runtimes.fresh import FreshSandbox
 from ...runtimes.steps import run_steps
 from ...states import SessionState
 from ...traces import build
-from ...traces.export import write_jsonl
+from ...traces.export import with_messages, write_jsonl
 from .pipeline import Job
 from .proxy_surface import ProxySurface
 
@@ -252,6 +252,7 @@ class HarnessStages:
             timing=job.timing.model_copy(),
             node_id=self.node_id,
             error=f"no result from POST-RUN: {why or 'it ended without one'}",
+            failure_kind=failure_kind(job.outcome or SessionState.ERROR, FailureKind.AGENT_RUN_ERROR),
         )
 
     def _result(self, job: Job[Work], evaluation: Evaluation | None) -> SessionResult:
@@ -261,9 +262,7 @@ class HarnessStages:
         if opened is not None:
             records = self.proxy.records(opened.id)
             built = build(records, task.builder)
-            messages = {r.id: r.message for r in records if r.message}
-            for trace in built.traces:  # each call's text travels with its trace (NeMo-RL's text checks read it)
-                trace.metadata["messages"] = {rid: messages[rid] for rid in trace.record_ids if rid in messages}
+            with_messages(built.traces, records)  # each call's text travels with its trace
             HARNESSES[task.harness.name].name_side_calls(built.traces, {r.id: r.native_request for r in records})
             traces_path = str(self.root / "traces" / f"{job.session_id}.jsonl")
             Path(traces_path).parent.mkdir(parents=True, exist_ok=True)
@@ -273,6 +272,8 @@ class HarnessStages:
         status = job.outcome or SessionState.COMPLETED
         failure = "the agent never ran" if evaluation is None else evaluation.infrastructure_error
         evaluated = {} if evaluation is None else {"evaluator": task.evaluator.kind, **evaluation.model_dump()}
+        ran_out = failure is not None and failure in (work.budget_spent, work.limit_exceeded)
+        failed = FailureKind.AGENT_RUN_ERROR if evaluation is None or ran_out else FailureKind.VERIFIER_ERROR
         return SessionResult(
             session_id=job.session_id,
             task_id=task.task_id or "",
@@ -297,6 +298,17 @@ class HarnessStages:
             node_id=self.node_id,
             error=job.error
             or job.cause
-            or (failure if failure and failure in (work.budget_spent, work.limit_exceeded) else None)
+            or (failure if ran_out else None)
             or (f"evaluation: {failure}" if evaluation and failure else None),
+            failure_kind=failure_kind(status, failed if failure else None),
         )
+
+
+def failure_kind(status: SessionState, failed: FailureKind | None) -> FailureKind | None:
+    """What a node's result says failed: by its state when it did not complete (timed out, cancelled, else the
+    agent's run), else `failed` (what POST-RUN found: None when the session was judged)."""
+    if status is SessionState.TIMEOUT:
+        return FailureKind.AGENT_TIMEOUT
+    if status is SessionState.CANCELLED:
+        return FailureKind.CANCELLED
+    return failed if status is SessionState.COMPLETED else FailureKind.AGENT_RUN_ERROR

@@ -33,7 +33,7 @@ from urllib.parse import quote
 from pydantic import BaseModel, Field, model_validator
 
 from ...config import Strict
-from ...contracts import DispatchRequest, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
+from ...contracts import DispatchRequest, FailureKind, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...control import LOOPBACK
 from ...errors import Forbidden, IllegalMove, NotFound, RequestInvalid
 from ...evaluators import grader_touches
@@ -477,7 +477,7 @@ class RolloutService:
         ended = []
         for s in self.store.overdue(time.time(), self.config.timeout_grace_s):
             why = f"no result within session_timeout_s (its node last reported it {s.state.value})"
-            outcome = self.store.fail(s.id, why, SessionState.TIMEOUT)
+            outcome = self.store.fail(s.id, why, SessionState.TIMEOUT, FailureKind.AGENT_TIMEOUT)
             if outcome.duplicate:
                 continue
             ended.append(outcome.session)

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from ...contracts import NodeMetrics, NodeRegistration, SessionResult, TaskSpec
+from ...contracts import FailureKind, NodeMetrics, NodeRegistration, SessionResult, TaskSpec
 from ...errors import ConfigError, Conflict, IllegalMove, NotFound, RequestInvalid
 from ...migrations import Migration, StoreTooNew, migrate, open_read_only, tables, version
 from ...plugins import STORED
@@ -286,6 +286,7 @@ class RolloutStore:
                     masked=True,
                     node_id=s.node_id,
                     error=cause,
+                    failure_kind=FailureKind.CANCELLED,
                 )
                 self._set(c, s, SessionState.CANCELLED, cause, now, result.model_dump(mode="json"))
             c.execute(
@@ -417,11 +418,23 @@ class RolloutStore:
             )
         return self.session(session_id)
 
-    def fail(self, session_id: str, cause: str, status: SessionState = SessionState.ERROR) -> Outcome:
+    def fail(
+        self,
+        session_id: str,
+        cause: str,
+        status: SessionState = SessionState.ERROR,
+        kind: FailureKind = FailureKind.SESSION_LOST,
+    ) -> Outcome:
         """An infrastructure end (node lost, restart): final, masked so it never scores a 0 in training."""
         s = self.session(session_id)
         result = SessionResult(
-            session_id=s.id, task_id=s.task_id, status=status, masked=True, node_id=s.node_id, error=cause
+            session_id=s.id,
+            task_id=s.task_id,
+            status=status,
+            masked=True,
+            node_id=s.node_id,
+            error=cause,
+            failure_kind=kind,
         )
         return self.record_result(result, cause)
 

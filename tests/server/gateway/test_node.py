@@ -170,4 +170,5 @@ def test_a_post_run_that_fails_still_sends_the_server_a_result_saying_why(fake_u
     lost = by_sample[0]["result"]
     assert by_sample[0]["state"] == "error" and lost["masked"] and lost["node_id"] == "n1"
     assert lost["error"] == "no result from POST-RUN: error:postrun (ValueError: a bug in building traces)", lost
+    assert lost["failure_kind"] == "agent_run_error" and by_sample[1]["result"]["failure_kind"] is None
     assert left == {}

@@ -270,6 +270,7 @@ def test_lost_node_requeues_unstarted_and_fails_running(manual):
     sessions = client.get("/tasks/t").json()["sessions"]
     assert [s["state"] for s in sessions] == ["registered", "error"]
     assert sessions[0]["node_id"] is None and sessions[1]["result"]["error"] == "node lost"
+    assert sessions[1]["result"]["failure_kind"] == "session_lost"
     assert sessions[1]["result"]["masked"] is True
 
 
@@ -406,7 +407,11 @@ def test_silent_session_times_out(tmp_path):
         while c.get("/tasks/slow").json()["status"] != "completed" and time.time() < deadline:
             time.sleep(0.05)
         (s,) = c.get("/tasks/slow").json()["sessions"]
-        assert s["state"] == "timeout" and s["result"]["masked"] is True
+        assert (
+            s["state"] == "timeout"
+            and s["result"]["masked"] is True
+            and s["result"]["failure_kind"] == "agent_timeout"
+        )
         assert s["result"]["error"] == "no result within session_timeout_s (its node last reported it initializing)"
 
 

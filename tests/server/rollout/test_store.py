@@ -103,7 +103,7 @@ def test_cancel_moves_only_live_sessions(store):
     assert {s.id for s in moved} == {b.id, c.id}
     assert store.counts("t") == {"completed": 1, "cancelled": 2}
     assert store.task("t").status == "cancelled"
-    assert store.session(b.id).result["masked"] is True
+    assert store.session(b.id).result["masked"] is True and store.session(b.id).result["failure_kind"] == "cancelled"
     assert store.record_result(result(b)).duplicate  # a late result for a cancelled session
     with pytest.raises(NotFound):
         store.cancel("nope")
@@ -145,6 +145,7 @@ def test_recover_ends_every_in_flight_session_with_its_cause(tmp_path):
     for s in ended:
         row = st.session(s.id)
         assert row.state is S.ERROR and row.result["error"] == "rollout server restarted" and row.result["masked"]
+        assert row.result["failure_kind"] == "session_lost"
         assert st.transitions(s.id)[-1]["cause"] == "rollout server restarted"
     assert st.session(waiting.id).state is S.REGISTERED
     assert st.session(dispatched.id).node_id is None  # dispatched again after the restart
@@ -334,6 +335,49 @@ def test_a_store_from_before_versions_is_brought_forward(tmp_path):
     finally:
         store.close()
     RolloutStore(path).close()  # opening again changes nothing
+
+
+def test_results_stored_before_failure_kind_get_the_kind_their_words_meant(tmp_path):
+    """A store of version 3 holds results without `failure_kind`: opened now, each has the kind the Gym agent used to
+    read from its words, so a session lost before the upgrade is still `session_lost` for training."""
+    import sqlite3
+
+    import orjson
+
+    from nemo_polar.migrations import migrate
+    from nemo_polar.server.rollout.schema import MIGRATIONS
+
+    path = tmp_path / "v3.sqlite"
+    conn = sqlite3.connect(path)
+    migrate(conn, MIGRATIONS[:3])
+    old = {"task_id": "old", "instruction": "x", "harness": {"name": "pi"}}
+    conn.execute("INSERT INTO tasks VALUES ('old', ?, 'completed', 0, 60, 1.0, 2.0, NULL)", (orjson.dumps(old),))
+    stored = {
+        "lost": {"status": "error", "masked": True, "error": "node lost"},
+        "restart": {"status": "error", "masked": True, "error": "rollout server restarted"},
+        "broke": {"status": "error", "masked": True, "error": "harness exited 1"},
+        "ungraded": {"status": "completed", "masked": True, "reward": None, "error": "evaluation: no repo"},
+        "late": {"status": "timeout", "masked": True, "error": None},
+        "fine": {"status": "completed", "masked": False, "reward": 1.0, "error": None},
+    }
+    for i, (sid, result) in enumerate(stored.items()):
+        row = (sid, "old", i, result["status"], orjson.dumps({"session_id": sid, "task_id": "old", **result}))
+        conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, NULL, 0, NULL, 1.0, ?)", row)
+    conn.commit()
+    conn.close()
+    store = RolloutStore(path)
+    try:
+        kinds = {s.id: s.result["failure_kind"] for s in store.sessions("old")}
+    finally:
+        store.close()
+    assert kinds == {
+        "lost": "session_lost",
+        "restart": "session_lost",
+        "broke": "agent_run_error",
+        "ungraded": "verifier_error",
+        "late": "agent_timeout",
+        "fine": None,
+    }
 
 
 def test_a_store_written_now_opens_after_a_spec_field_is_renamed(tmp_path):

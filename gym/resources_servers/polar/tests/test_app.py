@@ -89,9 +89,10 @@ def verify_body(task_id):
     return {"responses_create_params": {"input": [{"role": "user", "content": "Say hello."}]}, "response": response}
 
 
-def done(status="completed", reward=1.0, masked=False, error=None):
+def done(status="completed", reward=1.0, masked=False, error=None, failure_kind=None):
     result = {"status": status, "reward": reward, "reward_components": {"a": 0.25, "b": reward - 0.25}}
-    return {"session_id": "s", "state": status, "result": result | {"masked": masked, "error": error}}
+    failure = {"masked": masked, "error": error, "failure_kind": failure_kind}
+    return {"session_id": "s", "state": status, "result": result | failure}
 
 
 def test_verify_returns_the_evaluator_reward():
@@ -103,11 +104,17 @@ def test_verify_returns_the_evaluator_reward():
 
 
 def test_verify_masks_infrastructure_failures():
-    sessions = {"lost": done("error", 0.0, True, "node lost"), "bad": done(masked=True, error="evaluation: no repo")}
+    """The kind is the session result's field, set where the failure happened: its words do not decide it."""
+    sessions = {
+        "lost": done("error", 0.0, True, "its node went quiet", "session_lost"),
+        "bad": done(masked=True, error="the grader found no repository", failure_kind="verifier_error"),
+        "run": done("error", 0.0, True, "node lost during evaluation", "agent_run_error"),
+    }
     client = TestClient(server(sessions).setup_webserver())
     expected = [
         ("lost", "session_lost"),
         ("bad", "verifier_error"),
+        ("run", "agent_run_error"),
         ("nope", "verifier_error"),
         (None, "verifier_error"),
     ]

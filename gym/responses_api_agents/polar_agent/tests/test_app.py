@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from nemo_gym.server_utils import ServerClient
 from responses_api_agents.polar_agent.app import PolarAgent, PolarAgentConfig
 
-from nemo_polar.env import gym as polar_gym
+from nemo_polar.errors import ControlRefused, ControlUnreachable
 from nemo_polar.traces.export import write_jsonl
 from nemo_polar.traces.models import Segment, Trace
 
@@ -77,7 +77,7 @@ class FakeClient:
         pass
 
 
-def session(tmp_path: Path, traces, status="completed", reward=1.0, masked=False, error=None):
+def session(tmp_path: Path, traces, status="completed", reward=1.0, masked=False, error=None, failure_kind=None):
     path = tmp_path / "s1.jsonl"
     write_jsonl(traces, path, session_id="s1")
     result = {
@@ -88,6 +88,7 @@ def session(tmp_path: Path, traces, status="completed", reward=1.0, masked=False
         "masked": masked,
         "traces_path": str(path) if traces else None,
         "error": error,
+        "failure_kind": failure_kind,
     }
     return {"session_id": "s1", "state": status, "result": result}
 
@@ -145,9 +146,23 @@ def test_every_chain_is_in_the_result(tmp_path):
 @pytest.mark.parametrize(
     "kwargs, kind",
     [
-        ({"status": "error", "error": "runtime: repo folder missing"}, "agent_run_error"),
+        (
+            {"status": "error", "error": "runtime: repo folder missing", "failure_kind": "agent_run_error"},
+            "agent_run_error",
+        ),
         ({"status": "timeout"}, "agent_timeout"),
-        ({"masked": True, "error": "evaluation: no repo"}, "verifier_error"),
+        ({"masked": True, "error": "evaluation: no repo", "failure_kind": "verifier_error"}, "verifier_error"),
+        # the kind is the result's field, never read back from its words
+        ({"status": "error", "error": "its node went quiet", "failure_kind": "session_lost"}, "session_lost"),
+        (
+            {"status": "error", "error": "node lost, evaluation unreachable", "failure_kind": "agent_run_error"},
+            "agent_run_error",
+        ),
+        (
+            {"masked": True, "error": "the grader found no repository", "failure_kind": "verifier_error"},
+            "verifier_error",
+        ),
+        ({"masked": True, "error": "evaluation: a stored result from before failure_kind"}, "agent_run_error"),
     ],
 )
 def test_infrastructure_failures_are_masked_not_scored(tmp_path, kwargs, kind):
@@ -158,9 +173,15 @@ def test_infrastructure_failures_are_masked_not_scored(tmp_path, kwargs, kind):
 
 
 def test_an_unreachable_rollout_server_is_masked(tmp_path):
-    fake = FakeClient(polar_gym.RolloutUnavailable("rollout server http://x unreachable"))
+    fake = FakeClient(ControlUnreachable("POST http://x/tasks: no answer"))
     result = agent(fake).post("/run", json=ROW).json()
     assert result["mask_sample"] is True and result["failure_kind"] == "transport_unreachable"
+
+
+def test_a_refused_task_is_masked_as_a_failed_request_whatever_its_words(tmp_path):
+    fake = FakeClient(ControlRefused("POST http://x/tasks: 400: the upstream is unreachable", status_code=400))
+    result = agent(fake).post("/run", json=ROW).json()
+    assert result["mask_sample"] is True and result["failure_kind"] == "agent_request_failed"
 
 
 def test_responses_is_not_offered(tmp_path):
