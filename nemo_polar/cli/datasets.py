@@ -28,13 +28,14 @@ def _tasks_check(args: argparse.Namespace) -> int:
             expected = json.loads(Path(args.expect).read_text())
         except ValueError as exc:
             raise ConfigError(f"--expect {args.expect}: not JSON: {exc}") from None
-    if args.swe:  # a dataset of SWE rows: what its repositories carry past base_commit
-        report = {"tasks": 0, "checks": 0, "correct": 0, "failures": [], "elapsed_s": 0.0}
+    rows = (load_jsonl(args.swe) if args.swe else []) + (_gym_task_rows(args.gym) if args.gym else [])
+    if rows:  # rows of your own: graded on their repo_path, and what their repositories carry past base_commit
+        report = check_tasks((), args.workers, [], [], expected, rows)
     elif args.harbor:  # a folder of the user's own: its Harbor tasks alone
         report = check_tasks((), args.workers, load_dataset(args.harbor), expected=expected)
     else:
         report = check_tasks(workers=args.workers, expected=expected)
-    report["warnings"] = history_warnings(load_jsonl(args.swe)) if args.swe else []
+    report["warnings"] = history_warnings(rows)
     if args.json:
         print(json.dumps(report))
     else:
@@ -47,6 +48,25 @@ def _tasks_check(args: argparse.Namespace) -> int:
         for w in report["warnings"]:
             print(f"  warning: {w['task']}: {w['warning']} (sessions get it cut at base_commit)")
     return 0 if not report["failures"] else 1
+
+
+def _gym_task_rows(path: str) -> list:
+    """Gym rows (`polar` block: instruction, fields, runtime.repo and commit) as SWE rows, read as our agent
+    reads them in training (`env.gym.task_from_row`)."""
+    from ..env.gym import task_from_row
+    from ..tasks.dataset import parse_row
+
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        gym_row = json.loads(line)
+        task = task_from_row(gym_row, {"harness": {"name": "codex"}})  # any harness: its task's own keys are read
+        name = (gym_row.get("polar") or {}).get("task_id") or f"row-{n}"
+        row = {"instance_id": name, "repo": name, "problem_statement": task.instruction}
+        row |= {k: v for k, v in {"repo_path": task.runtime.repo, "base_commit": task.runtime.commit}.items() if v}
+        out.append(parse_row(row | task.fields, f"{path}:{n}"))
+    return out
 
 
 def _tasks_build(args: argparse.Namespace) -> int:
@@ -83,7 +103,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--swe",
         default=None,
         metavar="FILE",
-        help="a JSONL of SWE rows: warn about each repo_path that holds history past its base_commit",
+        help="a JSONL of SWE rows of your own, instead of the bundled set: each graded on its repo_path (patch 1, "
+        "no change 0, wrong_patch 0), and a warning for each repo_path that holds history past its base_commit",
+    )
+    tcheck.add_argument(
+        "--gym",
+        default=None,
+        metavar="FILE",
+        help="a JSONL of Gym rows of your own (their polar block: instruction, fields, runtime.repo and commit), "
+        "graded as --swe grades",
     )
     tcheck.add_argument(
         "--expect",
@@ -94,5 +122,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     tcheck.set_defaults(func=_tasks_check)
     tbuild = tasks.add_parser("build", help="write the task repos and OUT/tasks.jsonl (SWE-bench style rows)")
-    tbuild.add_argument("--out", required=True)
+    tbuild.add_argument("--out", required=True, help="the folder to write into (made if missing)")
     tbuild.set_defaults(func=_tasks_build)

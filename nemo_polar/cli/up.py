@@ -58,10 +58,10 @@ class DatasetConfig(Strict):
         description=f"a JSONL file, a folder of Harbor tasks, {BUNDLED!r}: the bundled task set, built in the run "
         f"folder, or {BUNDLED_HARBOR!r}: the bundled Harbor-format tasks",
     )
-    format: Literal["auto", "instruction", "swe", "harbor"] = Field(
+    format: Literal["auto", "instruction", "swe", "gym", "harbor"] = Field(
         "auto",
-        description="instruction: rows {instruction, fields}; swe: SWE-bench rows; harbor: Harbor task folders; "
-        "auto: a folder is Harbor's, a file by its first row",
+        description="instruction: rows {instruction, fields}; swe: SWE-bench rows; gym: NeMo Gym rows (their polar "
+        "block); harbor: Harbor task folders; auto: a folder is Harbor's, a file by its first row",
     )
     limit: int | None = Field(None, ge=1, description="only the first rows")
 
@@ -119,10 +119,26 @@ def _rows(cfg: UpConfig, run_dir: Path) -> list[Row]:
             runtime = RuntimeSpec.model_validate(row.runtime(cfg.runtime))  # local: repo_path; else its image
             out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime, {}))
         return out
+    if cfg.dataset.format == "gym" or (cfg.dataset.format == "auto" and rows and "responses_create_params" in rows[0]):
+        return _gym_rows(cfg, rows)
     return [
         (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), cfg.runtime, {})
         for i, r in enumerate(rows)
     ]
+
+
+def _gym_rows(cfg: UpConfig, rows: list[dict]) -> list[Row]:
+    """NeMo Gym rows, read as our Gym agent reads them in training (`env.gym.task_from_row`): the `polar` block's
+    runtime over this run's, its fields; the evaluator stays this run's (`evaluator=`)."""
+    from ..env.gym import task_from_row
+
+    out = []
+    for i, row in enumerate(rows):
+        harness = (cfg.harness or cfg.harnesses[0]).model_dump()  # each of the run's harnesses runs the row
+        task = task_from_row(row, {"harness": harness, "runtime": cfg.runtime.model_dump(exclude_defaults=True)})
+        row_id = (row.get("polar") or {}).get("task_id") or str(i)
+        out.append((row_id, task.instruction, task.fields, task.runtime, {}))  # checked whole as the task's
+    return out
 
 
 def _harbor_rows(cfg: UpConfig, path: Path, copies: Path) -> list[Row]:

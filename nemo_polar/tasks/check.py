@@ -1,8 +1,9 @@
 """`polar tasks check`: every bundled task graded three ways: reference fix -> 1.0, no change -> 0.0,
 wrong fix -> 0.0.
 
-The SWE-style tasks, by the `tests` evaluator: each check plays the agent with a copy of the task repo,
-the patch written into it with `git apply`, then the evaluator as the gateway calls it. The no-change
+The SWE-style tasks (the bundled ones, and rows of your own with a `repo_path`), by the `tests` evaluator: each
+check plays the agent with a copy of the task repo cut at `base_commit`, the row's `patch` (or its `wrong_patch`,
+where it has one) written into it with `git apply`, then the evaluator as the gateway calls it. The no-change
 check runs the tests too (`run_empty`), so it proves the hidden tests fail on the bug.
 
 The Harbor-format tasks (bundled/harbor/, or a folder of your own), by the `harbor` evaluator, in each runtime of
@@ -34,7 +35,7 @@ from ..evaluators.tests import TestsEvaluator
 from ..paths import DEPS
 from ..runtimes.docker import DockerRuntime
 from ..runtimes.fresh import FreshSandbox
-from ..runtimes.history import future
+from ..runtimes.history import copy_repo, future
 from ..runtimes.spec import RuntimeSpec
 from .bundled import TASKS
 from .dataset import TaskRow
@@ -45,6 +46,7 @@ from .model import BundledTask
 CHECKS = (("reference", 1.0), ("no_change", 0.0), ("wrong_fix", 0.0))
 # the bundled repos need no pytest plugins, and loading the environment's costs most of each run
 CONFIG = {"run_empty": True, "env": {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}}
+USER_CONFIG = {"run_empty": True}  # a repository of your own may need its pytest plugins
 HARBOR_SCRIPTS = {"reference": "solve.sh", "no_change": None, "wrong_fix": "wrong.sh"}
 ROOTFS_PYTHON = DEPS / "rootfs" / "bookworm-python"  # scripts/setup.sh rootfs: Debian with python3, pytest, git
 SOLVE_TIMEOUT_S = 120.0
@@ -91,23 +93,33 @@ def history_warnings(rows: list[TaskRow]) -> list[dict[str, Any]]:
     return out
 
 
+def row_checks(task: TaskRow) -> list[tuple[str, float]]:
+    """(check, what it should give) for one SWE row: its `patch` 1, no change 0, its `wrong_patch` 0 where it has
+    one."""
+    return [(c, e) for c, e in CHECKS if c != "wrong_fix" or (task.model_extra or {}).get("wrong_patch")]
+
+
 def check_tasks(
     tasks: tuple[BundledTask, ...] = TASKS,
     workers: int | None = None,
     harbor: list[HarborTask] | None = None,
     runtimes: list[dict[str, Any]] | None = None,
     expected: dict[str, dict[str, Expected]] | None = None,
+    rows: tuple[TaskRow, ...] | list[TaskRow] = (),
 ) -> dict[str, Any]:
     """{"tasks", "checks", "correct", "failures": [{task, check, got, expected, detail, [runtime]}],
-    "runtimes" (those the Harbor tasks ran in), "elapsed_s"}."""
+    "runtimes" (those the Harbor tasks ran in), "elapsed_s"}. `rows`: SWE rows of your own, each graded on its
+    `repo_path`."""
     harbor = bundled() if harbor is None else harbor
     runtimes = harbor_runtimes() if runtimes is None else runtimes
     checks = {t.task_id: harbor_checks(t, expected) for t in harbor}
-    return asyncio.run(_check_all(tasks, harbor, checks, runtimes, workers or min(8, (os.cpu_count() or 2) * 2)))
+    workers = workers or min(8, (os.cpu_count() or 2) * 2)
+    return asyncio.run(_check_all(tasks, list(rows), harbor, checks, runtimes, workers))
 
 
 async def _check_all(
     tasks: tuple[BundledTask, ...],
+    rows: list[TaskRow],
     harbor: list[HarborTask],
     checks: dict[str, list[tuple[str, Expected]]],
     runtimes: list[dict[str, Any]],
@@ -117,12 +129,14 @@ async def _check_all(
     with tempfile.TemporaryDirectory(prefix="polar-tasks-check-") as tmp:
         root = Path(tmp)
         commits = await asyncio.to_thread(materialize, root / "repos", tasks)
+        repos = [(TaskRow.parse(row(t, commits[t.instance_id])), root / "repos" / t.instance_id) for t in tasks]
+        repos += [(r, Path(r.repo_path) if r.repo_path else None) for r in rows]
         copies = {t.task_id: await asyncio.to_thread(t.working_copy, root / "harbor" / t.task_id) for t in harbor}
         gate = asyncio.Semaphore(workers)
         jobs = [
-            _check_one(gate, t, row(t, commits[t.instance_id]), root / "repos" / t.instance_id, root / "runs", c, e)
-            for t in tasks
-            for c, e in CHECKS
+            _check_one(gate, r, repo, root / "runs" / str(i), c, e, CONFIG if i < len(tasks) else USER_CONFIG)
+            for i, (r, repo) in enumerate(repos)
+            for c, e in row_checks(r)
         ]
         jobs += [
             _check_harbor(gate, t, copies[t.task_id], rt, root / "runs", c, e)
@@ -133,7 +147,7 @@ async def _check_all(
         outcomes = await asyncio.gather(*jobs)
     failures = [o for o in outcomes if o is not None]
     return {
-        "tasks": len(tasks) + len(harbor),
+        "tasks": len(tasks) + len(rows) + len(harbor),
         "checks": len(outcomes),
         "correct": len(outcomes) - len(failures),
         "failures": failures,
@@ -204,19 +218,37 @@ async def _solve_and_verify(
 
 
 async def _check_one(
-    gate: asyncio.Semaphore, task: BundledTask, fields: dict, repo: Path, runs: Path, check: str, expected: float
+    gate: asyncio.Semaphore,
+    task: TaskRow,
+    repo: Path | None,
+    runs: Path,
+    check: str,
+    expected: float,
+    config: dict[str, Any],
 ) -> dict[str, Any] | None:
+    if repo is None:
+        return _failure(task, check, None, expected, "no repo_path: the row is graded on a copy of it")
     async with gate:
-        folder = runs / f"{task.name}-{check}"
+        folder = runs / f"{task.instance_id.replace('/', '_')}-{check}"
         work = folder / "work"
         try:
-            await asyncio.to_thread(shutil.copytree, repo, work, symlinks=True)
-            patch = {"reference": task.patch, "no_change": "", "wrong_fix": task.wrong_patch}[check]
-            applied, why = await apply_patch(HostBox(work, folder / "home"), patch, "check.diff")
+            await asyncio.to_thread(copy_repo, repo, work, task.base_commit)
+            patch = {
+                "reference": task.patch,
+                "no_change": "",
+                "wrong_fix": (task.model_extra or {}).get("wrong_patch"),
+            }
+            if check != "no_change" and not patch[check]:
+                return _failure(
+                    task, check, None, expected, f"the row has no {'patch' if check == 'reference' else 'wrong_patch'}"
+                )
+            applied, why = await apply_patch(HostBox(work, folder / "home"), patch[check], "check.diff")
             if not applied:
                 return _failure(task, check, None, expected, f"the {check} patch does not apply: {why}")
-            ctx = EvalContext(fields=fields, config={}, work=work, scratch=folder / "scratch", repo=repo)
-            result = await TestsEvaluator(CONFIG).evaluate(ctx)
+            ctx = EvalContext(
+                fields=task.model_dump(mode="json"), config={}, work=work, scratch=folder / "scratch", repo=repo
+            )
+            result = await TestsEvaluator(config).evaluate(ctx)
         finally:
             await asyncio.to_thread(shutil.rmtree, folder, True)
     if result.infrastructure_error is not None:
@@ -224,13 +256,13 @@ async def _check_one(
     if result.reward != expected:
         return _failure(task, check, result.reward, expected, _detail(result.details))
     tests = result.details.get("tests", {})
-    if check == "no_change" and any(tests.get(t) != "PASSED" for t in task.pass_to_pass):
+    if check == "no_change" and any(tests.get(t) != "PASSED" for t in task.PASS_TO_PASS):
         why = "PASS_TO_PASS fails on the bug: " + _detail(result.details)
         return _failure(task, check, result.reward, expected, why)
     return None
 
 
-def _failure(task: BundledTask, check: str, got: float | None, expected: float, detail: str) -> dict[str, Any]:
+def _failure(task: TaskRow, check: str, got: float | None, expected: float, detail: str) -> dict[str, Any]:
     return {"task": task.instance_id, "check": check, "got": got, "expected": expected, "detail": detail}
 
 
