@@ -94,7 +94,7 @@ def test_groups_reach_polar_up_and_the_gateway(tmp_path):
         ("+backend.enigne=vllm", "backend.enigne"),
         ("harness.nmae=codex", "harness.nmae"),
         ("runtime.kind=k8s", "runtime.kind"),
-        ("runtime=docker", "runtime.image"),  # docker needs an image
+        ("+runtime.imagee=python:3.11", "runtime.imagee"),
         ("builder.kind=linear", "builder.kind"),
         ("evaluator.kidn=tests", "evaluator.kidn"),
         ("dataset.fromat=swe", "dataset.fromat"),
@@ -158,3 +158,15 @@ def test_every_polar_command_with_config_refuses_a_typo():
             [sys.executable, "-m", "nemo_polar.cli", *argv], capture_output=True, text=True, timeout=60
         )
         assert proc.returncode == 2 and argv[1].split("=")[0] in proc.stderr, (argv, proc.stderr)
+
+
+def test_a_runtime_block_is_whole_once_its_rows_complete_it(tmp_path):
+    """`runtime=docker` with no image loads (a Harbor task brings its build, a SWE row its image); rows that bring
+    neither are refused before anything runs, naming what is missing."""
+    from nemo_polar.cli.up import UpConfig, tasks
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"instruction": "hi"}\n')
+    up = load(UpConfig, "up", ["runtime=docker", f"dataset={rows}"])
+    with pytest.raises(ConfigError, match="runtime.image"):
+        tasks(up, tmp_path)

@@ -17,14 +17,14 @@ from pathlib import Path
 from statistics import fmean
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from ..config import ProxyConfig, Strict
 from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, SessionBudget, TaskSpec
-from ..errors import ConfigError
+from ..errors import ConfigError, problems
 from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
 from ..proxy.app import Proxy
@@ -78,12 +78,29 @@ class BuilderConfig(Strict):
         return BUILDERS.check(kind)
 
 
+class RuntimeBase(RuntimeSpec):
+    """`polar up`'s runtime block: a base each row completes (`runtime=docker` with no image is whole once a Harbor
+    task adds its own build, or a SWE row its instance image), so its kind's settings are checked whole per row
+    (`complete`), their names here."""
+
+    @model_validator(mode="after")
+    def _settings_fit(self, info: ValidationInfo) -> RuntimeBase:
+        unknown = sorted(set(self.options) - set(self.kinds[self.kind].Settings.model_fields))
+        if unknown:
+            raise ValueError(f"runtime.{unknown[0]}: not a setting of runtime {self.kind!r}")
+        return self
+
+
 class UpConfig(Strict):
     run_dir: str = "runs/up"
     dataset: DatasetConfig
     harnesses: list[HarnessSpec] = Field(min_length=1)
     harness: HarnessSpec | None = Field(None, description="set: run this one harness instead of `harnesses`")
-    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    runtime: RuntimeBase = Field(
+        default_factory=RuntimeBase,
+        description="the runtime block each row completes (a SWE row's image, a Harbor task's own Dockerfile), "
+        "checked whole once completed",
+    )
     builder: BuilderConfig = BuilderConfig()
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     num_samples: int = Field(2, ge=1)
@@ -101,6 +118,15 @@ class UpConfig(Strict):
 Row = tuple[str, str, dict, RuntimeSpec, dict]  # id, instruction, fields, runtime, the row's own TaskSpec keys
 
 
+def complete(block: RuntimeSpec | dict, where: str) -> RuntimeSpec:
+    """A row's runtime block, checked whole (its kind's settings): a ConfigError naming the row otherwise."""
+    data = block.model_dump(exclude_defaults=True) if isinstance(block, RuntimeSpec) else block
+    try:
+        return RuntimeSpec.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: " + "; ".join(problems(exc, whole="runtime"))) from None
+
+
 def _rows(cfg: UpConfig, run_dir: Path) -> list[Row]:
     """(id, instruction, fields, runtime, task keys) per dataset row."""
     path, limit = Path(cfg.dataset.path), cfg.dataset.limit
@@ -116,13 +142,14 @@ def _rows(cfg: UpConfig, run_dir: Path) -> list[Row]:
         out = []
         for i, data in enumerate(rows):
             row = parse_row(data, f"{path}:{i + 1}")
-            runtime = RuntimeSpec.model_validate(row.runtime(cfg.runtime))  # local: repo_path; else its image
+            runtime = complete(row.runtime(cfg.runtime), f"{path}:{i + 1}")  # local: repo_path; else its image
             out.append((row.instance_id, row.problem_statement, row.model_dump(mode="json"), runtime, {}))
         return out
     if cfg.dataset.format == "gym" or (cfg.dataset.format == "auto" and rows and "responses_create_params" in rows[0]):
         return _gym_rows(cfg, rows)
+    runtime = complete(cfg.runtime, str(path))
     return [
-        (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), cfg.runtime, {})
+        (r.get("fields", {}).get("id", i), r["instruction"], r.get("fields", {}), runtime, {})
         for i, r in enumerate(rows)
     ]
 
@@ -152,7 +179,7 @@ def _harbor_rows(cfg: UpConfig, path: Path, copies: Path) -> list[Row]:
     for task in load_dataset(path)[: cfg.dataset.limit]:
         dest = copies / task.task_id
         shutil.rmtree(dest, ignore_errors=True)
-        runtime = RuntimeSpec.model_validate(task.runtime(cfg.runtime, task.working_copy(dest)))
+        runtime = complete(task.runtime(cfg.runtime, task.working_copy(dest)), task.path)
         agent_s = task.config.agent.timeout_sec or cfg.agent_timeout_s
         session_s = max(cfg.session_timeout_s, agent_s + task.config.verifier.timeout_sec + 120)
         keys = {"agent_timeout_s": agent_s, "session_timeout_s": session_s}

@@ -110,3 +110,10 @@ class RuntimeSpec(BaseModel):
         if not stored(info):
             RuntimeSpec.kinds.validate(self.kind, self.options)
         return self
+
+
+def given(block: RuntimeSpec | dict[str, Any] | None) -> dict[str, Any]:
+    """A runtime block's keys as set, for a dataset row to complete: defaults and nulls left out (a kind's
+    `image: null` in conf/ means not set, so a row's own image or build takes its place)."""
+    data = block.model_dump(exclude_defaults=True) if isinstance(block, RuntimeSpec) else dict(block or {})
+    return {k: v for k, v in data.items() if v is not None}

@@ -24,7 +24,7 @@ from ..contracts import TaskSpec
 from ..errors import ConfigError
 from ..evaluators.row import EvalRow
 from ..runtimes import RUNTIMES
-from ..runtimes.spec import RuntimeSpec
+from ..runtimes.spec import RuntimeSpec, given
 
 # How SWE-bench's instance images are laid out (swebench.harness: the repository at /testbed, its
 # environment the conda env `testbed`); SWE-Gym's images are built the same way.
@@ -63,7 +63,7 @@ class TaskRow(EvalRow):
     def runtime(self, base: RuntimeSpec | dict[str, Any] | None = None, namespace: str = "swebench") -> dict[str, Any]:
         """`base` (a runtime block) completed for this row: for `local`, its repo_path as the working copy;
         for an image kind, `image_runtime`'s keys under those `base` already sets."""
-        spec = dict(base.model_dump(exclude_defaults=True) if isinstance(base, RuntimeSpec) else base or {})
+        spec = given(base)
         if RUNTIMES[spec.get("kind", "local")].in_image:
             return self.image_runtime(spec.get("kind", "docker"), namespace) | spec
         return spec | ({"repo": self.repo_path, "commit": self.base_commit} if self.repo_path else {})

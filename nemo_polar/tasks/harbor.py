@@ -40,7 +40,7 @@ from ..contracts import TaskSpec
 from ..errors import ConfigError, problems
 from ..runtimes import RUNTIMES
 from ..runtimes.dockerfile import Dockerfile
-from ..runtimes.spec import RuntimeSpec
+from ..runtimes.spec import RuntimeSpec, given
 
 DEFAULT_WORKDIR = "/app"  # Harbor's task template and most of its tasks
 _CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)  # Harbor's own pattern
@@ -191,7 +191,7 @@ class HarborTask(BaseModel):
 
     def runtime(self, base: RuntimeSpec | dict[str, Any] | None = None, repo: Path | None = None) -> dict[str, Any]:
         """`base` (a runtime block) completed for this task; keys `base` sets win."""
-        spec = dict(base.model_dump(exclude_defaults=True) if isinstance(base, RuntimeSpec) else base or {})
+        spec = given(base)
         kind = spec.get("kind", "local")
         cls, env = RUNTIMES[kind], self.config.environment
         takes = cls.Settings.model_fields

@@ -43,8 +43,6 @@ from pathlib import Path
 from nemo_polar.cli.up import UpConfig, up
 from nemo_polar.config import load
 from nemo_polar.contracts import HarnessSpec
-from nemo_polar.plugins import STORED
-from nemo_polar.runtimes.spec import RuntimeSpec
 from nemo_polar.tasks.bundled import TASKS
 from nemo_polar.tasks.harbor import BUNDLED as HARBOR_BUNDLED
 from nemo_polar.tasks.harbor import load_task
@@ -290,10 +288,11 @@ def runtime_overrides(runtime: str, kind: str) -> list[str]:
         from nemo_polar.tasks.check import ROOTFS_PYTHON
 
         return ["runtime=image", f"runtime.image={ROOTFS_PYTHON}"]
+    if runtime == "docker" and kind == "harbor":
+        return ["runtime=docker"]  # docs/rewards.md's line: each task's own environment/Dockerfile built and run
     if runtime == "docker":
         from nemo_polar.local.docker_engine import image_name
 
-        # for harbor the image is dropped again (`harbor_docker`): each task's own Dockerfile is built
         return ["runtime=docker", f"runtime.image={image_name('bookworm-python')}"]
     raise ValueError(f"runtime {runtime!r}: one of {RUNTIMES}")
 
@@ -304,17 +303,6 @@ def clear(folder: Path) -> None:
     if folder.exists() and shutil.which("chattr"):
         subprocess.run(["chattr", "-R", "-i", str(folder)], capture_output=True, timeout=300)
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def harbor_docker(spec: RuntimeSpec) -> RuntimeSpec:
-    """`runtime=docker` without an image, as `polar tasks check` runs Harbor tasks: each task's environment/Dockerfile
-    built on the engine (the tests' engine tags what they start FROM). `polar up`'s own configuration cannot say it
-    (runtime.image or runtime.build is required when it loads, and either one replaces every task's own build), so
-    the block is made as a stored spec is read back (not validated again); each task's block is validated when
-    `polar up` completes it with the task's build."""
-    data = spec.model_dump(exclude_defaults=True)
-    data.pop("image", None)
-    return RuntimeSpec.model_validate(data, context=STORED)
 
 
 def _outcome(session: dict) -> Outcome:
@@ -364,10 +352,7 @@ def run(
         *runtime_overrides(runtime, kind),
     ]
     cfg = load(UpConfig, "up", overrides)
-    update = {"harness": HarnessSpec.model_validate({"name": "shell", "command": data.command})}
-    if runtime == "docker" and kind == "harbor":
-        update["runtime"] = harbor_docker(cfg.runtime)
-    cfg = cfg.model_copy(update=update)
+    cfg = cfg.model_copy(update={"harness": HarnessSpec.model_validate({"name": "shell", "command": data.command})})
     started = time.monotonic()
     summary = up(cfg)
     wall = round(time.monotonic() - started, 1)

@@ -126,6 +126,14 @@ def test_polar_up_takes_a_harbor_dataset(tmp_path):
     count = specs["polar-bundled__count-errors-qwen_code"]
     assert count.agent_timeout_s == 300 and count.session_timeout_s >= 300 + 60 and count.evaluator.kind == "harbor"
     assert (Path(count.runtime.repo) / "server.log").is_file()
+    # docs/rewards.md's command line: in docker, each task's own environment/Dockerfile is its image
+    docker = load(UpConfig, "up", ["dataset=harbor", "evaluator=harbor", "runtime=docker", "harness=codex"])
+    for spec in tasks(docker, tmp_path / "d"):
+        task = spec.task_id.removesuffix("-codex").removeprefix("polar-bundled__")
+        assert (
+            spec.runtime.options["build"] == str(BUNDLED / task / "environment")
+            and "image" not in spec.runtime.options
+        )
     folder = load(UpConfig, "up", [f"dataset={BUNDLED}", "evaluator=harbor"])  # a folder: read as Harbor tasks
     assert len(tasks(folder, tmp_path)) == 3 * len(folder.harnesses)
     with pytest.raises(ConfigError, match="evaluator=harbor"):
