@@ -29,21 +29,31 @@ class Strict(BaseModel):
 
 
 class UpstreamConfig(Strict):
-    url: str = "http://127.0.0.1:8801"
-    engine: Literal["vllm", "sglang", "nemo_rl"] = "vllm"
+    url: str = Field(
+        "http://127.0.0.1:8801", description="the inference server's base URL (its OpenAI-compatible API under /v1)"
+    )
+    engine: Literal["vllm", "sglang", "nemo_rl"] = Field(
+        "vllm", description="the server's kind: which fields ask it for token ids and logprobs (set by `backend=`)"
+    )
     model: str | None = Field(
         None,
         description="the name the server serves the policy under; null: the session's own (a task's "
         "upstream_model, e.g. NeMo-RL's policy.model_name), else the first model the server's /v1/models lists",
     )
-    timeout_s: float = Field(900.0, gt=0)
-    connect_timeout_s: float = Field(10.0, gt=0)
+    timeout_s: float = Field(
+        900.0, gt=0, description="seconds one call may take upstream, connecting to the last byte; then a recorded 504"
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, description="seconds to open a connection to the server")
     sampling: dict[str, float | int] = Field(default_factory=dict, description="pinned, overrides the harness")
-    policy_version: str | None = None
+    policy_version: str | None = Field(
+        None,
+        description="recorded on every call as the weights' version, until POST "
+        "/admin/inference/resume?policy_version=N names the next (null: none recorded)",
+    )
 
 
 class StoreConfig(Strict):
-    path: str = "runs/proxy/records.sqlite"
+    path: str = Field("runs/proxy/records.sqlite", description="the SQLite file of the sessions and their records")
     durable: bool = Field(
         True, description="hold an answer's last byte until its record is committed (kill -9 loses no answer)"
     )
@@ -51,7 +61,7 @@ class StoreConfig(Strict):
 
 
 class LimitsConfig(Strict):
-    max_body_bytes: int = Field(32 * 2**20, gt=0)
+    max_body_bytes: int = Field(32 * 2**20, gt=0, description="a larger request body is a 413 in the caller's dialect")
     max_depth: int = Field(
         100, gt=0, le=200, description="JSON nesting a request may have (tool schemas nest; records store up to 254)"
     )
@@ -65,11 +75,11 @@ class LimitsConfig(Strict):
 
 
 class ProxyConfig(Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(8800, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="the address to listen on (0.0.0.0: reachable from other machines)")
+    port: int = Field(8800, ge=0, le=65535, description="the port to listen on (0: any free one)")
     control_token: str | None = Field(None, description="required on /admin routes when set")
     pause_wait_s: float = Field(600.0, gt=0, description="how long a call waits while generation is paused")
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="the server's log level")
     upstream: UpstreamConfig = UpstreamConfig()
     store: StoreConfig = StoreConfig()
     limits: LimitsConfig = LimitsConfig()
@@ -78,8 +88,14 @@ class ProxyConfig(Strict):
 class BackendConfig(Strict):
     """`conf/backend/*.yaml`: which inference server the proxy talks to and the sampling it pins."""
 
-    engine: Literal["vllm", "sglang", "nemo_rl"] = "vllm"
-    sampling: dict[str, float | int] = Field(default_factory=dict)
+    engine: Literal["vllm", "sglang", "nemo_rl"] = Field(
+        "vllm", description="the inference server's kind, copied to `upstream.engine`"
+    )
+    sampling: dict[str, float | int] = Field(
+        default_factory=dict,
+        description="sampling fields pinned on every call whatever the harness asks (e.g. temperature), copied to "
+        "`upstream.sampling`",
+    )
 
 
 # Root sections that only feed others by interpolation: validated, then removed before the model sees them.
@@ -110,7 +126,8 @@ def _is_option(group: str, value: str) -> bool:
 
 
 def rewrite(config_name: str, overrides: list[str]) -> list[str]:
-    """The two shorthands Hydra cannot spell by itself (see VALUE_GROUPS and ROOT_GROUPS)."""
+    """The shorthands Hydra cannot spell by itself (see VALUE_GROUPS and ROOT_GROUPS), and every key set
+    whether the file has it or not (`settable`)."""
     out = []
     for item in overrides:
         key, sep, value = item.partition("=")
@@ -121,7 +138,36 @@ def rewrite(config_name: str, overrides: list[str]) -> list[str]:
         if sep and key in ROOT_GROUPS.get(config_name, ()):
             item = f"{key}@_global_={value}"
         out.append(item)
+    return settable(config_name, out)
+
+
+def settable(config_name: str, overrides: list[str]) -> list[str]:
+    """`key=value` as Hydra's `++key=value` (set it, added if the composed file lacks it), so that a key only
+    the settings models know (`runtime.limits.memory`, `budget.calls`) needs no `+`: the strict model still
+    refuses a key it does not have. Left as written: a group's choice (`harness=codex`), Hydra's own
+    prefixes (`+`, `++`, `~`), a package (`@`), and a key inside a group nothing picks (`harness.name=x`
+    without `harness=...`: Hydra's error says so)."""
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    picked = {g for g, option in _defaults(config_name).items() if option is not None}
+    picked |= {item.partition("=")[0] for item in overrides if item.partition("=")[0] in groups}
+    out = []
+    for item in overrides:
+        key, sep, _ = item.partition("=")
+        root = key.split(".")[0]
+        plain = sep and key and not key.startswith(("+", "~")) and "@" not in key and "/" not in key
+        if plain and (root not in groups or ("." in key and root in picked)):
+            item = "++" + item
+        out.append(item)
     return out
+
+
+def _defaults(config_name: str) -> dict[str, Any]:
+    """`{group: option}` as `conf/<config_name>.yaml`'s defaults list picks them (null: none)."""
+    from omegaconf import OmegaConf
+
+    items = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{config_name}.yaml")).get("defaults", [])
+    picks = [item for item in items if isinstance(item, dict)]
+    return {key.removeprefix("override ").split("@")[0]: option for item in picks for key, option in item.items()}
 
 
 def compose(config_name: str, overrides: list[str]) -> dict[str, Any]:

@@ -43,7 +43,14 @@ class HarnessSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str = Field(description="a registered harness (nemo_polar.harnesses.HARNESSES) or 'package.module:Class'")
-    max_steps: int = Field(20, ge=1, le=100_000, strict=True)
+    max_steps: int = Field(
+        20,
+        ge=1,
+        le=100_000,
+        strict=True,
+        description="the harness's step limit, passed on at its launch (e.g. claude_code's --max-turns); a harness "
+        "that does not stop itself there is held by the proxy to that many model calls unless `budget.calls` is set",
+    )
 
     @field_validator("name")
     @classmethod
@@ -257,9 +264,9 @@ class NodeMetrics(BaseModel):
 
 
 class NodeCapacity(Strict):
-    init: int = Field(4, ge=1)
-    run: int = Field(8, ge=1)
-    postrun: int = Field(4, ge=1)
+    init: int = Field(4, ge=1, description="sessions setting up at once (sandbox, working copy, harness install)")
+    run: int = Field(8, ge=1, description="harnesses running at once: the node's concurrent sessions at the model")
+    postrun: int = Field(4, ge=1, description="sessions at once in POST-RUN: grading, building traces")
     ready: int = Field(8, ge=0, description="the READY buffer target")
 
 

@@ -170,3 +170,36 @@ def test_a_runtime_block_is_whole_once_its_rows_complete_it(tmp_path):
     up = load(UpConfig, "up", ["runtime=docker", f"dataset={rows}"])
     with pytest.raises(ConfigError, match="runtime.image"):
         tasks(up, tmp_path)
+
+
+# --- keys only the settings models know: no `+` needed ----------------------------------------------------------
+
+
+def test_a_key_the_file_does_not_set_needs_no_plus():
+    """`conf/` need not list every key: a plain `key=value` sets one only the model (or a plug-in's settings)
+    has, as Hydra's `+key=value` would; `+` is still taken."""
+    from nemo_polar.cli.up import UpConfig
+    from nemo_polar.learn.config import LearnConfig
+    from nemo_polar.server.rollout.service import RolloutConfig
+
+    up = load(UpConfig, "up", ["runtime.commit=abc", "runtime.limits.memory=1g", "harness=pi", "harness.max_steps=7"])
+    assert up.runtime.commit == "abc" and up.runtime.options["limits"] == {"memory": "1g"}
+    assert up.harness is not None and up.harness.max_steps == 7
+    assert load(LearnConfig, "learn", ["model=/weights"]).model == "/weights"
+    assert load(RolloutConfig, "rollout", ["limits.max_depth=10"]).limits.max_depth == 10
+    assert load(RolloutConfig, "rollout", ["+limits.max_depth=11"]).limits.max_depth == 11
+
+
+def test_a_key_no_model_has_is_still_refused_by_its_name():
+    from nemo_polar.cli.up import UpConfig
+    from nemo_polar.server.rollout.service import RolloutConfig
+
+    for config, model, override in (
+        ("up", UpConfig, "budget.cals=3"),
+        ("up", UpConfig, "runtime.commti=abc"),
+        ("rollout", RolloutConfig, "limits.max_dpeth=10"),
+        ("up", UpConfig, "harness.max_steps=7"),  # no harness picked: Hydra says so
+    ):
+        with pytest.raises(ConfigError) as exc:
+            load(model, config, [override])
+        assert override.split("=")[0] in str(exc.value), override

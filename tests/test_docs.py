@@ -271,3 +271,220 @@ def test_a_count_of_plugins_is_found():
 @pytest.mark.parametrize("page", WRITTEN, ids=page_id)
 def test_no_page_counts_the_plugins(page):
     assert counts(page.read_text()) == []
+
+
+# --- every key and option a page names exists ------------------------------------------------------------------
+
+SPAN = re.compile(r"`([^`\n]+)`")
+# `key=value` (Hydra's `+`/`++` allowed): a command-line setting wherever it is written
+SETTING = re.compile(r"\+{0,2}([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)*)=(\S*)")
+# a bare dotted key, `runtime.limits.memory` or `budget.on_spent: score`; checked when its first part is a key of ours
+# (so `chat.same_prefix`, a module's name, is not taken for one)
+DOTTED = re.compile(r"([a-z_][a-z0-9_]*(?:\.[a-z0-9_]+)+)(?::\s.*)?")
+FILES = {"py", "md", "log", "json", "jsonl", "yaml", "toml", "sqlite", "sh", "txt", "c", "so"}
+# written as `key=value` but not one of ours: placeholders, a typo shown being refused, a request field
+NOT_KEYS = {"key", "group", "stpes", "n"}
+
+
+@cache
+def known_keys() -> tuple[frozenset[str], frozenset[str]]:
+    """Every key a user can set (each command's file, each group's keys, each plug-in's settings in its group, a
+    task's keys) and the keys under which any name goes (a mapping). A model that takes extra keys (a harness, a
+    runtime) takes its plug-ins' settings, which are walked one by one."""
+    from nemo_polar.cli import parser
+    from nemo_polar.cli.config_reference import PLUGIN_GROUPS, _model, group_models
+    from nemo_polar.cli.parsing import commands
+    from nemo_polar.contracts import TaskSpec
+
+    keys: set[str] = set()
+    open_: set[str] = set()
+
+    def walk(model, prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            keys.add(prefix + name)
+            inner = _model(info.annotation)
+            if inner is not None:
+                walk(inner, f"{prefix}{name}.")
+            elif "dict" in str(info.annotation) or "Any" in str(info.annotation):
+                open_.add(prefix + name)
+
+    configs = {c.config for c in commands(parser()) if c.config is not None}
+    for config in configs:
+        walk(config.settings(), "")
+    for group, model in group_models(list(configs)).items():
+        if model is not None:
+            walk(model, f"{group}.")
+    walk(TaskSpec, "")  # a task's keys, as a row or the rollout server's API takes them
+    for group, (registry, inside) in PLUGIN_GROUPS.items():
+        for name in registry:
+            walk(registry[name].Settings, f"{group}.{inside}")
+    return frozenset(keys), frozenset(open_)
+
+
+@cache
+def recipe_roots() -> set[str]:
+    """The top-level keys of NeMo-RL's recipes (`grpo.max_num_steps=10`): NeMo-RL's own, judged by `polar recipes
+    check`, not here."""
+    import yaml
+
+    return {key for path in (ROOT / "recipes").glob("*.yaml") for key in yaml.safe_load(path.read_text())}
+
+
+def key_known(key: str) -> bool:
+    keys, open_ = known_keys()
+    return key in keys or any(key.startswith(o + ".") for o in open_)
+
+
+def unknown_setting(key: str) -> bool:
+    root = key.split(".")[0]
+    if root in NOT_KEYS or root in recipe_roots() or (ROOT / "conf" / key).is_dir():  # `group=option`
+        return False
+    return not key_known(key)
+
+
+def unknown_keys(text: str) -> list[str]:
+    """The spans of the prose that name a configuration key no settings model has."""
+    roots = {k.split(".")[0] for k in known_keys()[0]}
+    found = []
+    for span in SPAN.findall(prose(text)):
+        if setting := SETTING.fullmatch(span):
+            if unknown_setting(setting.group(1)):
+                found.append(span)
+        elif dotted := DOTTED.fullmatch(span):
+            key = dotted.group(1)
+            if key.split(".")[0] in roots and key.rsplit(".", 1)[1] not in FILES and not key_known(key):
+                found.append(span)
+    return found
+
+
+def command_lines(text: str) -> list[str]:
+    """`polar ...` as the prose quotes it, and the command lines of its code blocks (continuations joined)."""
+    lines = [span for span in SPAN.findall(prose(text)) if span.startswith("polar ")]
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = line.strip().removeprefix("$ ").removeprefix(".venv/bin/")
+            if line.startswith("polar "):
+                lines.append(line.split(" #")[0])
+    return lines
+
+
+@cache
+def polar_commands() -> dict[str, set[str]]:
+    """Each `polar` command and its options."""
+    from nemo_polar.cli import parser
+    from nemo_polar.cli.parsing import commands
+
+    return {c.name: {o for a in c.arguments for o in a.option_strings} for c in commands(parser())}
+
+
+def unknown_options(text: str) -> list[str]:
+    """What the `polar` command lines of a page give that their command does not take: an option, or a setting."""
+    found = []
+    for line in command_lines(text):
+        words = line.split()
+        if not re.fullmatch(r"[a-z-]+", words[1]):
+            continue  # prose that begins with "polar", not a command line
+        names = (" ".join(words[:n]) for n in range(len(words), 1, -1))
+        name = next((n for n in names if n in polar_commands()), None)
+        if name is None:
+            found.append(line)
+            continue
+        for word in words[len(name.split()) :]:
+            option = word.split("=")[0]
+            if word.startswith("--") and option not in polar_commands()[name]:
+                found.append(f"{name} {option}")
+            elif (setting := SETTING.fullmatch(word.strip("'\""))) and unknown_setting(setting.group(1)):
+                found.append(f"{name} {word}")
+    return found
+
+
+@pytest.mark.parametrize("page", WRITTEN, ids=page_id)
+def test_every_key_and_option_a_page_names_exists(page):
+    text = page.read_text()
+    assert unknown_keys(text) == []
+    assert unknown_options(text) == []
+
+
+def test_a_key_or_option_that_does_not_exist_is_found():
+    stale = (
+        "Build with `repair=False` to train only on-policy contexts; lower `agent_timeuot_s`; `budget.cals=3`; "
+        "`runtime.limits.memroy`; `polar traces --no-repiar`; `polar up harness.max_stpes=3`; `polar tracez --json`"
+    )
+    assert unknown_keys(stale) == ["repair=False", "budget.cals=3", "runtime.limits.memroy"]  # a bare word: prose
+    assert unknown_options(stale) == [
+        "polar traces --no-repiar",
+        "polar up harness.max_stpes=3",
+        "polar tracez --json",
+    ]
+    fine = (
+        "`budget.calls=5`, `runtime.limits.memory=4g`, `harness.max_steps`, `budget.on_spent: score`, "
+        "`harness=codex`, `proxy.upstream.sampling.temperature=0.7`, `grpo.max_num_steps=10`, "
+        "`chat.same_prefix`, `serving.py`, `polar traces --no-repair --json`, "
+        "`polar up harness=codex runtime.limits.memory=4g`"
+    )
+    assert unknown_keys(fine) == [] and unknown_options(fine) == []
+
+
+def test_the_pages_name_keys_and_options():
+    pages = "\n".join(p.read_text() for p in WRITTEN)
+    named = [s for s in SPAN.findall(prose(pages)) if SETTING.fullmatch(s) or DOTTED.fullmatch(s)]
+    assert len(named) > 100 and len(command_lines(pages)) > 100  # an empty match would pass anything
+
+
+# --- the generated pages: every key and option described; the annotated trace current ---------------------------
+
+
+def undescribed(page: str) -> list[str]:
+    """The rows of a generated page's key and argument tables (`| key | type | default | description |`, `| argument
+    | value | default | description |`) whose description is empty (`–`)."""
+    missing, header = [], None
+    for line in page.splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))] if line.startswith("|") else []
+        if not cells:
+            header = None
+        elif header is None:
+            header = cells if cells[0] in ("key", "argument") and cells[-1] == "description" else []
+        elif header and set(cells[0]) - set("-: ") and cells[-1] in ("", "–"):
+            missing.append(cells[0])
+    return missing
+
+
+GENERATED_NAMES = sorted(p.name for p in GENERATED)
+
+
+def test_every_key_and_option_of_the_reference_pages_has_a_description():
+    from nemo_polar.cli import docs, parser
+
+    pages = docs.written(parser())
+    rows = sum(len([line for line in pages[name].splitlines() if line.startswith("| `")]) for name in GENERATED_NAMES)
+    assert rows > 300  # the tables were read
+    assert {name: undescribed(pages[name]) for name in GENERATED_NAMES} == {name: [] for name in GENERATED_NAMES}
+
+
+def test_a_key_without_a_description_is_found():
+    page = "| key | type | default | description |\n| --- | --- | --- | --- |\n| `a` | text | `x` | – |\n"
+    page += (
+        "| `b` | text | `y` | what b is |\n\n| argument | value | default | description |\n| --- | --- | --- | --- |\n"
+    )
+    page += "| `--c` | flag | – | – |\n"
+    assert undescribed(page) == ["`a`", "`--c`"]
+
+
+def test_the_annotated_trace_is_a_line_as_a_run_writes_it(tmp_path):
+    """docs/traces.md's example is what `polar docs` writes now, and its JSON is the line the gateway's writer
+    makes of the recorded session (the builder, each call's text, the JSONL schema)."""
+    import json
+
+    from nemo_polar.cli import trace_example
+    from nemo_polar.traces import build
+    from nemo_polar.traces.export import with_messages, write_jsonl
+
+    text = (ROOT / "docs" / "traces.md").read_text()
+    assert trace_example.page(text) == text, "docs/traces.md's trace is stale: run `polar docs`"
+    recorded = trace_example.records()
+    built = build(recorded, "prefix_tree")
+    with_messages(built.traces, recorded)
+    write_jsonl(built, tmp_path / "t.jsonl", session_id=recorded[0].session_id)
+    shown = re.search(r"```json\n(.*?)\n```", text.partition(trace_example.BEGIN)[2], flags=re.S).group(1)
+    assert json.loads(shown) == json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])
+    assert len(recorded) > 1 and {r.status for r in recorded} == {"ok"}  # a chain of calls, recorded whole

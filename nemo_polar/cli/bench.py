@@ -154,8 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     bproxy.add_argument("--rounds", type=int, default=8, help="turns each arm takes, throughput scenarios")
     bproxy.add_argument("--window-s", type=float, default=0.5, help="seconds measured per arm and round")
     bproxy.add_argument("--concurrency", type=int, default=256, help="calls in flight, throughput scenario")
-    bproxy.add_argument("--tokens", type=int, default=16)
-    bproxy.add_argument("--token-delay-ms", type=float, default=0.0)
+    bproxy.add_argument("--tokens", type=int, default=16, help="tokens the fake upstream streams per answer")
+    bproxy.add_argument(
+        "--token-delay-ms", type=float, default=0.0, help="the fake upstream's pause before each token (0: none)"
+    )
     blong = _add(bench, "long", "one agent session at 50-200 turns: store bytes, latency, trace build", _bench_long)
     blong.add_argument(
         "--turns", default="50,100,200", type=_turns, help="session lengths measured (one session, comma-separated)"
@@ -173,32 +175,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     bmem.add_argument("--turns", type=int, default=100, help="calls per growing or edited session")
     bmem.add_argument("--turn-kb", type=int, default=4, help="what each turn adds to a history")
     bmem.add_argument("--shapes", default=None, type=_shapes, help="default: all")
-    bmem.add_argument("--seed", type=int, default=0)
+    bmem.add_argument("--seed", type=int, default=0, help="seeds the generated prompts: the same seed, the same calls")
     bmem.add_argument(
         "--sessions", type=int, default=800, help="sessions through a rollout server and a gateway node (0: none)"
     )
     bfuzz = _add(bench, "fuzz", "seeded mutated requests on every model route and the task route", _bench_fuzz)
     bfuzz.add_argument("--per-route", type=int, default=10_000, help="requests per route (5 model routes + tasks)")
-    bfuzz.add_argument("--seed", type=int, default=0)
-    bfuzz.add_argument("--concurrency", type=int, default=16)
+    bfuzz.add_argument("--seed", type=int, default=0, help="seeds the mutations: the same seed, the same requests")
+    bfuzz.add_argument("--concurrency", type=int, default=16, help="requests in flight at once")
     bfuzz.add_argument("--context-kb", type=int, default=0, help="context of its own in each model request")
     bload = _add(bench, "load", "many harness sessions streaming at once through one proxy", _bench_load)
-    bload.add_argument("--sessions", type=int, default=512)
-    bload.add_argument("--seconds", type=float, default=120.0)
+    bload.add_argument("--sessions", type=int, default=512, help="sessions streaming at once, one call in flight each")
+    bload.add_argument("--seconds", type=float, default=120.0, help="how long they keep calling")
     bmerge = _add(bench, "merge", "per_request vs linear chains vs prefix_tree over a session corpus", _bench_merge)
     bmerge.add_argument("--store", action="append", default=[], help="a record store to add (repeatable)")
     bmerge.add_argument("--sessions", type=int, default=12, help="generated long sessions")
-    bmerge.add_argument("--seed", type=int, default=0)
+    bmerge.add_argument("--seed", type=int, default=0, help="seeds the generated sessions")
     bmerge.add_argument("--turns", type=int, help="each generated session this long (no sub-agents); default: 30-100")
     bmerge.add_argument("--compact-every", type=int, help="with --turns: a compaction every this many calls")
     bpipe = _add(
         bench, "pipeline", "naive slots vs staged pools with a READY buffer, simulated sessions", _bench_pipeline
     )
     bpipe.add_argument("--sessions", type=int, default=512, help="a GRPO step: 64 prompts x 8 samples")
-    bpipe.add_argument("--seed", type=int, default=0)
+    bpipe.add_argument("--seed", type=int, default=0, help="seeds the simulated sessions (set-up, calls, grading)")
     bscale = _add(bench, "scale", "the rollout server with thousands of sessions over simulated nodes", _bench_scale)
-    bscale.add_argument("--sessions", type=int, default=2000)
-    bscale.add_argument("--nodes", type=int, default=16)
+    bscale.add_argument("--sessions", type=int, default=2000, help="sessions submitted, as tasks of --group samples")
+    bscale.add_argument("--nodes", type=int, default=16, help="simulated gateway nodes, an HTTP server each")
     bscale.add_argument("--group", type=int, default=8, help="samples per task (a GRPO group)")
     bscale.add_argument("--duration", type=float, default=40.0, help="seconds each simulated session runs")
     bgrade = _add(

@@ -145,7 +145,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     lslurm = launch.add_parser(
         "slurm", help="NeMo-RL GRPO (ray.sub) with our rollout server and gateways as its sidecar"
     )
-    lslurm.add_argument("--nodes", type=int, required=True)
+    lslurm.add_argument("--nodes", type=int, required=True, help="nodes of the job (sbatch --nodes), each a gateway")
     lslurm.add_argument("--recipe", help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
     lslurm.add_argument(
         "--learn",
@@ -174,7 +174,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         dest="kind", required=True
     )
     cslurm = cluster.add_parser("slurm", help="munged, slurmctld and a slurmd per node as root, all under --root")
-    cslurm.add_argument("action", choices=("up", "down", "status"))
+    cslurm.add_argument(
+        "action",
+        choices=("up", "down", "status"),
+        help="up: start the daemons; down: stop them; status: its nodes, jobs",
+    )
     cslurm.add_argument("--root", default="runs/slurm", help="its configuration, state, logs (default: runs/slurm)")
     cslurm.add_argument("--gpus", type=int, default=8, help="fake GPUs per node as GPU GRES (0: no GRES)")
     cslurm.add_argument(
@@ -190,7 +194,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     cdocker = cluster.add_parser(
         "docker", help="a Docker engine of our own (dockerd as root, its data, socket and logs under --root)"
     )
-    cdocker.add_argument("action", choices=("up", "down", "status"))
+    cdocker.add_argument(
+        "action", choices=("up", "down", "status"), help="up: start dockerd; down: stop it; status: images, containers"
+    )
     cdocker.add_argument("--root", default="runs/docker", help="its data, socket, logs (default: runs/docker)")
     cdocker.add_argument(
         "--tag",

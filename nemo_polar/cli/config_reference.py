@@ -37,7 +37,10 @@ INTRO = (
     "Every configuration key, generated from the settings models and `conf/` by `polar docs` (do not edit by "
     "hand). A command that takes overrides composes its file, `conf/<name>.yaml`, with them (Hydra: "
     "`key=value`, `section.key=value`, `group=option`) and checks the result with a strict pydantic model: an "
-    "unknown key or a wrong value stops it before it starts anything. A default is the file's value where it "
+    "unknown key or a wrong value stops it before it starts anything. Every key below is set the same way, whether "
+    "the file lists it or only the model has it: no `+` is needed (`polar up runtime.limits.memory=4g`; Hydra's "
+    "`+key=value` still works where the file lacks the key). A key inside a group takes its group picked first "
+    "(`harness=codex harness.max_steps=10`). A default is the file's value where it "
     "sets one (a `${...}` is resolved when the command runs), else the model's; `$POLAR_DEPS` is "
     "`<repo>/.deps` unless set."
 )

@@ -1,5 +1,6 @@
 """`polar docs`: the reference pages written from the code, so they cannot go stale: docs/cli.md from the
-parser, docs/configuration.md from the settings models and `conf/` (`--check`: only say which differ).
+parser, docs/configuration.md from the settings models and `conf/`, and docs/traces.md's annotated trace from a
+recorded session (trace_example.py; the rest of that page is written by hand) (`--check`: only say which differ).
 `polar gym-examples`: the Gym servers' acceptance files, made by Gym's own CLI (env/examples.py)."""
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ DOCS = ROOT / "docs"  # the repository's
 
 def written(root: argparse.ArgumentParser) -> dict[str, str]:
     """Each page's file name and its text, as the code writes it now from the `polar` parser."""
-    from . import cli_reference, config_reference
+    from . import cli_reference, config_reference, trace_example
 
-    return {"cli.md": cli_reference.page(root), "configuration.md": config_reference.page(root)}
+    return {
+        "cli.md": cli_reference.page(root),
+        "configuration.md": config_reference.page(root),
+        "traces.md": trace_example.page((DOCS / "traces.md").read_text()),
+    }
 
 
 def stale(folder: Path, pages: dict[str, str]) -> list[str]:
@@ -54,7 +59,9 @@ def _gym_examples(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     docs = sub.add_parser(
-        "docs", help="write the reference pages: every command (cli.md), every key (configuration.md)"
+        "docs",
+        help="write the reference pages: every command (cli.md), every key (configuration.md), and the annotated "
+        "trace of traces.md",
     )
     docs.add_argument("--out", default=None, help="the folder to write them to (default: the repository's docs/)")
     docs.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each page that is stale")

@@ -38,7 +38,9 @@ def _traces(args: argparse.Namespace) -> int:
         tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
     summary = []
     for sid in sessions:
-        result = build(store.records(sid), args.builder, tokenizer=tokenizer, max_tokens=args.max_tokens)
+        result = build(
+            store.records(sid), args.builder, tokenizer=tokenizer, max_tokens=args.max_tokens, repair=args.repair
+        )
         write_jsonl(result, out / f"{sid}.jsonl", session_id=sid)
         summary.append({"session_id": sid} | result.stats.model_dump())
     store.close()
@@ -48,17 +50,23 @@ def _traces(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     export = sub.add_parser("export", help="write records as JSONL, one CompletionRecord per line")
-    export.add_argument("--store", default="runs/proxy/records.sqlite")
-    export.add_argument("--session", default=None)
-    export.add_argument("--out", default=None)
+    export.add_argument("--store", default="runs/proxy/records.sqlite", help="the record store (SQLite) to read")
+    export.add_argument("--session", default=None, help="one session's records (default: every session's)")
+    export.add_argument("--out", default=None, help="the JSONL file to write (default: standard output)")
     export.set_defaults(func=_export)
 
     traces = sub.add_parser("traces", help="build training traces from recorded sessions, one JSONL per session")
-    traces.add_argument("--store", default="runs/proxy/records.sqlite")
+    traces.add_argument("--store", default="runs/proxy/records.sqlite", help="the record store (SQLite) to read")
     traces.add_argument("--session", default=None, help="one session (default: every session in the store)")
-    traces.add_argument("--builder", default="prefix_tree", choices=list(BUILDERS))
+    traces.add_argument("--builder", default="prefix_tree", choices=list(BUILDERS), help="how calls become traces")
+    traces.add_argument(
+        "--no-repair",
+        dest="repair",
+        action="store_false",
+        help="fork a new chain at every drift instead of repairing template quirks: only on-policy contexts",
+    )
     traces.add_argument("--tokenizer", default=None, help="a tokenizer folder, to name drift causes")
     traces.add_argument("--max-tokens", type=int, default=None, help="length policy: keep the causal prefix")
-    traces.add_argument("--out", default="runs/traces")
-    traces.add_argument("--json", action="store_true")
+    traces.add_argument("--out", default="runs/traces", help="the folder of the traces, <session id>.jsonl each")
+    traces.add_argument("--json", action="store_true", help="the build's stats on one line (default: indented)")
     traces.set_defaults(func=_traces)

@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser(
         "status", help="tasks and gateway nodes of a running rollout server (its token: $POLAR_CONTROL_TOKEN)"
     )
-    status.add_argument("--url", default="http://127.0.0.1:8900")
+    status.add_argument("--url", default="http://127.0.0.1:8900", help="the rollout server's URL")
     status.add_argument("--task", default=None, help="this task's sessions, each with its rollup")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="one JSON object, as the server answers it, not tables")
     status.set_defaults(func=_status)

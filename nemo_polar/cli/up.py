@@ -40,10 +40,10 @@ BUNDLED_HARBOR = "bundled-harbor"
 
 
 class VLLMConfig(Strict):
-    start: bool = True
-    port: int = 8801
-    model: str = ".deps/models/tiny"
-    timeout_s: float = 300
+    start: bool = Field(True, description="start vLLM on `model` for the run; false: use proxy.upstream.url as it is")
+    port: int = Field(8801, description="the port the started vLLM listens on")
+    model: str = Field(".deps/models/tiny", description="the model folder (or Hugging Face name) vLLM serves")
+    timeout_s: float = Field(300, description="seconds vLLM may take to answer its health check before the run stops")
 
 
 class NodeSection(Strict):
@@ -92,27 +92,37 @@ class RuntimeBase(RuntimeSpec):
 
 
 class UpConfig(Strict):
-    run_dir: str = "runs/up"
-    dataset: DatasetConfig
-    harnesses: list[HarnessSpec] = Field(min_length=1)
+    run_dir: str = Field(
+        "runs/up", description="each run writes a folder of its own in it, named by its start time (stores, logs)"
+    )
+    dataset: DatasetConfig = Field(description="the rows to run (dataset=bundled|smoke|harbor, or dataset=FILE.jsonl)")
+    harnesses: list[HarnessSpec] = Field(
+        min_length=1, description="the harnesses every row runs with, one task per row and harness"
+    )
     harness: HarnessSpec | None = Field(None, description="set: run this one harness instead of `harnesses`")
     runtime: RuntimeBase = Field(
         default_factory=RuntimeBase,
         description="the runtime block each row completes (a SWE row's image, a Harbor task's own Dockerfile), "
         "checked whole once completed",
     )
-    builder: BuilderConfig = BuilderConfig()
-    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
-    num_samples: int = Field(2, ge=1)
+    builder: BuilderConfig = Field(BuilderConfig(), description="how each session's records become traces")
+    evaluator: EvaluatorSpec = Field(
+        default_factory=EvaluatorSpec, description="how each session is graded into its reward"
+    )
+    num_samples: int = Field(2, ge=1, description="sessions per task: the GRPO group of each row and harness")
     max_steps: int = Field(3, ge=1)
     budget: SessionBudget = Field(
         default_factory=SessionBudget, description="what each session may spend: calls, sampled tokens, on_spent"
     )
-    session_timeout_s: float = Field(600, gt=0)
-    agent_timeout_s: float = Field(300, gt=0)
+    session_timeout_s: float = Field(
+        600, gt=0, description="seconds a session may take from set-up to its reward (a Harbor task's own, if longer)"
+    )
+    agent_timeout_s: float = Field(
+        300, gt=0, description="seconds the harness itself may run (a Harbor task's own agent timeout wins)"
+    )
     vllm: VLLMConfig = VLLMConfig()
     node: NodeSection = NodeSection()
-    proxy: ProxyConfig = ProxyConfig()
+    proxy: ProxyConfig = Field(ProxyConfig(), description="the gateway node's proxy, between the harnesses and vLLM")
 
 
 Row = tuple[str, str, dict, RuntimeSpec, dict]  # id, instruction, fields, runtime, the row's own TaskSpec keys

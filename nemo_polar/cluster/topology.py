@@ -34,12 +34,17 @@ class TopologyConfig(Strict):
 
     gateway_port: int = Field(6000, description="every node's proxy; ray.sub's sidecar readiness port")
     rollout_port: int = Field(6001, description="the rollout server, on the first node")
-    bind_host: str = "0.0.0.0"
+    bind_host: str = Field(
+        "0.0.0.0", description="the address the rollout server and every proxy listen on (0.0.0.0: every interface)"
+    )
     capacity: NodeCapacity = NodeCapacity()
     proxy: str = Field("cluster", description="the proxy group option of every gateway")
     backend: str = Field("nemo_rl", description="the backend group option of every gateway")
     upstream_url: str = Field("http://{host}:8000", description="a gateway's own upstream; tasks name NeMo-RL's")
-    store_dir: str = "runs/cluster"
+    store_dir: str = Field(
+        "runs/cluster",
+        description="the rollout server's and nodes' stores, on a filesystem every node shares (mounted in the jobs)",
+    )
 
     @model_validator(mode="after")
     def _ports(self) -> TopologyConfig:
@@ -54,38 +59,58 @@ class TopologyConfig(Strict):
 
 
 class SlurmConfig(Strict):
-    account: str | None = None
-    partition: str | None = None
-    time: str = "04:00:00"
-    job_name: str = "polar-grpo"
-    gpus_per_node: int = Field(8, ge=1)
+    account: str | None = Field(
+        None, description="sbatch --account (null: the user's default account, asked of the cluster at submit)"
+    )
+    partition: str | None = Field(None, description="sbatch --partition (null: the cluster's default partition)")
+    time: str = Field("04:00:00", description="sbatch --time: the job's wall-clock limit, HH:MM:SS")
+    job_name: str = Field("polar-grpo", description="sbatch --job-name")
+    gpus_per_node: int = Field(
+        8, ge=1, description="GPUs of each node: ray.sub's GPUS_PER_NODE and the recipe's cluster.gpus_per_node"
+    )
     gres: bool | None = Field(
         None, description="--gres=gpu:N: null where the partition's nodes have GPU GRES (ray.sub's own rule)"
     )
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(
+        default_factory=list, description="more sbatch arguments, as given (e.g. [--exclusive, --qos=high])"
+    )
 
 
 class NemoRLConfig(Strict):
     dir: str = Field("/opt/nemo-rl", description="a NeMo-RL checkout on a shared filesystem (holds ray.sub)")
     container: str = Field(CONTAINER, description="an image of that checkout's commit (nemo_polar.nemo_rl.versions)")
-    mounts: list[str] = Field(default_factory=list)
-    entry: str = "examples/nemo_gym/run_grpo_nemo_gym.py"
+    mounts: list[str] = Field(
+        default_factory=list,
+        description="more container mounts, SRC:DST each (the checkout, this repository and the stores are mounted)",
+    )
+    entry: str = Field(
+        "examples/nemo_gym/run_grpo_nemo_gym.py",
+        description="the driver, relative to `dir`, run as `uv run <entry> --config <recipe>` on the first node",
+    )
 
 
 class PolarConfig(Strict):
-    command: str = "polar"
+    command: str = Field(
+        "polar", description="how the jobs run polar inside the containers (split like a shell; e.g. `uv run polar`)"
+    )
     container: str | None = Field(None, description="required to submit: the sidecar's image (nemo_polar, harnesses)")
-    gym_root: str = "gym"
+    gym_root: str = Field(
+        "gym", description="the Gym plugin's root, NEMO_GYM_EXTRA_ROOTS of the driver (relative: to this repository)"
+    )
 
 
 class LaunchConfig(Strict):
     """`conf/launch.yaml`."""
 
-    run_dir: str = "runs/launch"
+    run_dir: str = Field(
+        "runs/launch", description="the job's logs (ray.sub's BASE_LOG_DIR, slurm-<jobid>.out); on a shared filesystem"
+    )
     driver: Literal["nemo_rl", "learn"] = Field(
         "nemo_rl", description="the job's driver: NeMo-RL's GRPO on the recipe, or polar learn's CPU loop (--learn)"
     )
-    topology: TopologyConfig = TopologyConfig()
+    topology: TopologyConfig = Field(
+        TopologyConfig(), description="where the rollout server and the gateways run (topology=single|slurm)"
+    )
     slurm: SlurmConfig = SlurmConfig()
     nemo_rl: NemoRLConfig = NemoRLConfig()
     polar: PolarConfig = PolarConfig()

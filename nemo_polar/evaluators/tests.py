@@ -60,7 +60,11 @@ class TestsConfig(Strict):
     sandbox: bool = Field(
         True, description="run the agent's code under bubblewrap (where installed): only the copy writable, no network"
     )
-    timeout_is_infrastructure: bool = False
+    timeout_is_infrastructure: bool = Field(
+        False,
+        description="a test run past its timeout masks the session (the sandbox's fault) instead of scoring 0 (the "
+        "agent's code hung)",
+    )
     surface: bool = Field(
         True,
         description="leave the agent's changes to the test surface out of its patch (surface.py); false applies "

@@ -42,14 +42,21 @@ class LearnConfig(Strict):
             self.runtime = self.runtime.model_copy(update={"repo": str(AGENT_REPO)})
         return self
 
-    run_dir: str = "runs/learn"
-    steps: int = Field(20, ge=1)
+    run_dir: str = Field(
+        "runs/learn", description="each run writes a folder of its own in it, named by its start time (policy, logs)"
+    )
+    steps: int = Field(20, ge=1, description="GRPO steps: each runs its sessions, then one update of the weights")
     prompts: int = Field(8, ge=1, le=len(PROMPTS), description="tasks per step")
     samples: int = Field(8, ge=2, description="sessions per task: the GRPO group")
     max_tokens: int = Field(8, ge=1, description="each answer's cap: length alone cannot earn the reward")
-    lr: float = Field(3e-3, gt=0)
+    lr: float = Field(
+        3e-3, gt=0, description="the learning rate of the policy's Adam optimiser (every update, whichever loss)"
+    )
     pattern: str = Field("[0-9]", description="the reward: the answer contains it")
-    harness: HarnessSpec = HarnessSpec(name="shell", command="python3 one_call_agent.py")
+    harness: HarnessSpec = Field(
+        HarnessSpec(name="shell", command="python3 one_call_agent.py"),
+        description="the agent of every session (default: examples/one_call_agent.py, one model call)",
+    )
     runtime: RuntimeSpec = Field(
         default_factory=RuntimeSpec,
         description="the sessions' sandbox (runtime=docker runtime.image=...); its working copy is examples/ unless "
@@ -59,7 +66,9 @@ class LearnConfig(Strict):
         120, gt=0, description="each session's agent budget: past it the session is left out of the step, not scored"
     )
     session_timeout_s: float = Field(300, gt=0, description="each session's whole budget, set-up to reward")
-    model: str = str(TINY_MODEL)
+    model: str = Field(
+        str(TINY_MODEL), description="the starting weights' folder, copied into the run; the copy is what is trained"
+    )
     capacity: NodeCapacity = NodeCapacity(init=8, run=16, postrun=8, ready=16)
     serving: Literal["vllm", "nemo_rl"] = Field(
         "vllm",

@@ -113,6 +113,14 @@ def _trained_segments(trace: Trace) -> list[Segment]:
     return trained
 
 
+def with_messages(traces: Iterable[Trace], records: Iterable[Any]) -> None:
+    """Keep each call's text with the traces it is in, as `metadata["messages"]` (record id -> the message the
+    model wrote: content, reasoning, tool calls), so NeMo-RL's text checks read it from the trace alone."""
+    messages = {r.id: r.message for r in records if r.message}
+    for trace in traces:
+        trace.metadata["messages"] = {rid: messages[rid] for rid in trace.record_ids if rid in messages}
+
+
 # --- NeMo Gym ---------------------------------------------------------------------------------
 def gym_output_items(trace: Trace, records: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """NeMo Gym `/run` response output items for one trace: the items of each trained call.

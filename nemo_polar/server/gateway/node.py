@@ -45,14 +45,16 @@ STATE_REPORT = Retry(attempts=3)
 
 
 class NodeConfig(Strict):
-    node_id: str = "node-0"
-    rollout_url: str = "http://127.0.0.1:8900"
+    node_id: str = Field("node-0", description="the node's name at the rollout server: unique among its nodes")
+    rollout_url: str = Field("http://127.0.0.1:8900", description="the rollout server this node registers with")
     public_url: str | None = Field(
         None, description="how the rollout server and harnesses reach us (default: the proxy)"
     )
     root: str = Field("runs/node", description="session folders, traces and the result outbox")
     capacity: NodeCapacity = NodeCapacity()
-    heartbeat_s: float = Field(2.0, gt=0)
+    heartbeat_s: float = Field(
+        2.0, gt=0, description="seconds between heartbeats to the rollout server (its free slots, its store's health)"
+    )
     result_attempts: int = Field(8, ge=1, description="tries per result before it waits in the outbox")
     control_token: str | None = Field(None, description="the rollout server's, when it has one")
 
@@ -60,7 +62,7 @@ class NodeConfig(Strict):
 class GatewayConfig(Strict):
     """`polar serve-gateway`: the node listens where its proxy is configured to."""
 
-    proxy: ProxyConfig = ProxyConfig()
+    proxy: ProxyConfig = Field(ProxyConfig(), description="the node's proxy: the harnesses' model API and its routes")
     node: NodeConfig = NodeConfig()
 
 

@@ -40,7 +40,7 @@ from ...runtimes.fresh import FreshSandbox
 from ...runtimes.steps import run_steps
 from ...states import SessionState
 from ...traces import build
-from ...traces.export import write_jsonl
+from ...traces.export import with_messages, write_jsonl
 from .pipeline import Job
 from .proxy_surface import ProxySurface
 
@@ -262,9 +262,7 @@ class HarnessStages:
         if opened is not None:
             records = self.proxy.records(opened.id)
             built = build(records, task.builder)
-            messages = {r.id: r.message for r in records if r.message}
-            for trace in built.traces:  # each call's text travels with its trace (NeMo-RL's text checks read it)
-                trace.metadata["messages"] = {rid: messages[rid] for rid in trace.record_ids if rid in messages}
+            with_messages(built.traces, records)  # each call's text travels with its trace
             HARNESSES[task.harness.name].name_side_calls(built.traces, {r.id: r.native_request for r in records})
             traces_path = str(self.root / "traces" / f"{job.session_id}.jsonl")
             Path(traces_path).parent.mkdir(parents=True, exist_ok=True)

@@ -52,19 +52,21 @@ R = TypeVar("R")
 
 
 class RolloutStoreConfig(Strict):
-    path: str = "runs/rollout/rollout.sqlite"
+    path: str = Field(
+        "runs/rollout/rollout.sqlite", description="the SQLite file of every task, session and result (WAL; kept)"
+    )
 
 
 class ControlLimits(Strict):
     """What one request to the rollout server may carry."""
 
-    max_body_bytes: int = Field(16 * 2**20, gt=0)
+    max_body_bytes: int = Field(16 * 2**20, gt=0, description="a larger request body is refused with a 413")
     max_depth: int = Field(64, gt=0, description="how deep the JSON of a task may nest")
 
 
 class RolloutConfig(Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(8900, ge=0, le=65535)
+    host: str = Field("127.0.0.1", description="the address to listen on (0.0.0.0: reachable from other machines)")
+    port: int = Field(8900, ge=0, le=65535, description="the port to listen on (0: any free one)")
     public_url: str | None = Field(None, description="how nodes reach us; default http://host:port")
     control_token: str | None = Field(None, description="required on node and admin routes when set")
     callback_timeout_s: float = Field(10.0, gt=0, description="for the task-result POST to callback_url")

@@ -53,6 +53,7 @@ def test_a_session_runs_and_leaves_a_result_traces_and_no_sandbox(proxy, tmp_pat
     assert result.stats["exit_code"] == 0 and result.stats["trainable"] >= 1
     (trace,) = read_jsonl(result.traces_path)
     assert sum(trace.loss_mask) > 0
+    assert set(trace.metadata["messages"]) == set(trace.record_ids)  # each call's text travels with its trace
     assert not (tmp_path / "node" / "s-1").exists()  # the sandbox folder is gone
     logs = Path(result.stats["logs"])  # the harness's output outlives it
     assert logs == tmp_path / "node" / "logs" / "s-1"
