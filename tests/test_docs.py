@@ -1,6 +1,8 @@
 """The docs follow the code: every path the README and the docs pages name exists, every link between them
 resolves, each table of plug-ins lists exactly what its registry holds (and each table of options what
-`conf/` holds), and no page states how many plug-ins there are, a figure that goes stale with the next one."""
+`conf/` holds), no page states how many plug-ins there are, a figure that goes stale with the next one, every
+configuration key and `polar` option a page names exists, the generated references describe every key and
+option, and docs/traces.md's annotated trace is the line a run writes today."""
 
 from __future__ import annotations
 
