@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_polar"
 LAYERS = [
     {"errors", "config", "plugins", "states", "chat", "records", "record_codec", "migrations", "store", "rollup",
      "sandbox", "serving", "control", "metrics", "logs", "session_cache", "daemons", "redaction",
-     "containment", "paths"},
+     "containment", "paths", "progress"},
     {"runtimes", "harnesses", "evaluators", "traces"},
     {"contracts", "proxy", "local", "nemo_rl"},
     {"tasks", "recipes", "server"},

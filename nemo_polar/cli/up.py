@@ -19,7 +19,6 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from ..config import ProxyConfig, Strict
@@ -27,9 +26,11 @@ from ..contracts import EvaluatorSpec, HarnessSpec, NodeCapacity, RuntimeSpec, S
 from ..errors import ConfigError, problems
 from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
+from ..progress import Steps, waiting
 from ..proxy.app import Proxy
 from ..proxy.backends import BACKENDS
 from ..proxy.serve import free_port
+from ..rollup import kept
 from ..server.client import RolloutAPI
 from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
@@ -110,7 +111,12 @@ class UpConfig(Strict):
         default_factory=EvaluatorSpec, description="how each session is graded into its reward"
     )
     num_samples: int = Field(2, ge=1, description="sessions per task: the GRPO group of each row and harness")
-    max_steps: int = Field(3, ge=1)
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="set: every harness's step limit; null: each harness's own (`harness.max_steps`). A harness "
+        "that does not stop itself there (codex, pi, opencode, shell) is held to that many model calls",
+    )
     budget: SessionBudget = Field(
         default_factory=SessionBudget, description="what each session may spend: calls, sampled tokens, on_spent"
     )
@@ -209,7 +215,7 @@ def tasks(cfg: UpConfig, run_dir: Path | None = None) -> list[TaskSpec]:
                     task_id=f"{row_id}-{name}",
                     instruction=instruction,
                     fields=fields,
-                    harness=h.model_copy(update={"max_steps": cfg.max_steps}),
+                    harness=h if cfg.max_steps is None else h.model_copy(update={"max_steps": cfg.max_steps}),
                     runtime=runtime,
                     builder=cfg.builder.kind,
                     evaluator=cfg.evaluator,
@@ -236,7 +242,7 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
     engine = proxy_cfg.upstream.engine  # backend=nemo_rl: NeMo-RL's own server, over the vLLM it pins
     try:
         if vllm is not None:
-            with console.status(f"starting {vllm.what} on {cfg.vllm.model} (about a minute on CPU)"):
+            with waiting(console, f"starting {vllm.what} on {cfg.vllm.model} (about a minute on CPU)"):
                 vllm.start(cfg.vllm.timeout_s)
             # the name: from /v1/models, where the server lists one
             named = {} if BACKENDS[engine].lists_models else {"model": proxy_cfg.upstream.model or vllm.served_name}
@@ -247,8 +253,22 @@ def up(cfg: UpConfig, console: Console | None = None) -> dict:
         if vllm is not None:
             vllm.stop()
     console.print(_table(summary))
+    if summary["budget_spent"]:
+        console.print(f"[yellow]{_budget_note(summary, specs)}[/yellow]")
     console.print(f"run folder: {run_dir}")
     return summary
+
+
+def _budget_note(summary: dict, specs: list[TaskSpec]) -> str:
+    """What to say when sessions were cut by their budget: how many, at what, and what sets it."""
+    calls = sorted({b for b in (s.call_budget for s in specs) if b is not None})
+    tokens = sorted({s.budget.tokens for s in specs if s.budget.tokens is not None})
+    at = ", ".join([f"{b} call{'s' * (b != 1)}" for b in calls] + [f"{t} sampled tokens" for t in tokens])
+    return (
+        f"{summary['budget_spent']} of {summary['sessions']} sessions ended budget_spent (at {at}): their agent "
+        "was stopped there. Raise it with harness.max_steps (a harness that does not stop itself is held to it), "
+        "max_steps (every harness), or budget.calls / budget.tokens"
+    )
 
 
 def _server(cfg: UpConfig, run_dir: Path) -> VLLMServer:
@@ -291,13 +311,13 @@ async def _submit_and_wait(url: str, specs: list[TaskSpec], total: int, console:
     async with RolloutAPI(url) as api:
         for spec in specs:
             await api.submit(spec)
-        with Progress(console=console, transient=True) as progress:
-            bar = progress.add_task("sessions", total=total)
+        with Steps(console, "sessions", total, transient=True) as progress:
             while True:
                 tasks = await asyncio.gather(*(api.task(s.task_id or "") for s in specs))
                 sessions = [s for t in tasks for s in t["sessions"]]
                 done = sum(s["result"] is not None for s in sessions)
-                progress.update(bar, completed=done)
+                states = Counter(s["state"] for s in sessions)
+                progress.update(done, ", ".join(f"{state} {n}" for state, n in sorted(states.items())))
                 if done == total:
                     return sessions
                 await asyncio.sleep(0.5)
@@ -310,12 +330,15 @@ def _summarize(sessions: list[dict]) -> dict:
     timing = {
         k: round(fmean(r["timing"][k] for r in results), 2) for k in ("init_s", "ready_wait_s", "run_s", "postrun_s")
     }
+    calls = [(kept(r) or {}).get("calls", 0) for r in results]
     return {
         "sessions": len(results),
         "by_status": dict(Counter(s["state"] for s in sessions)),
         "masked": sum(bool(r.get("masked")) for r in results),
+        "budget_spent": sum(bool(s.get("budget_spent")) for s in stats),
         "mean_reward": round(fmean(rewards), 3) if rewards else None,
         "calls": sum(s.get("trainable", 0) for s in stats),
+        "calls_per_session": {"min": min(calls), "mean": round(fmean(calls), 1), "max": max(calls)} if calls else None,
         "traces": sum(s.get("traces", 0) for s in stats),
         "trace_tokens": sum(s.get("trace_tokens", 0) for s in stats),
         "mean_stage_s": timing,
