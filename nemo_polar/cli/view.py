@@ -37,5 +37,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     view.add_argument("--token", help="--rollout: the nodes' control token (default: $POLAR_CONTROL_TOKEN)")
     view.add_argument("--tokenizer", help="a model folder with tokenizer.json, to show text (default: found)")
     view.add_argument("--host", default="127.0.0.1", help="where to listen (it shows everything the run recorded)")
-    view.add_argument("--port", type=int, default=8787, help="the port to listen on (0: any free one)")
+    view.add_argument("--port", type=int, default=8787, help="the port to listen on")
     view.set_defaults(func=_view)
