@@ -4,26 +4,7 @@ migration at the end, never an edit of an old one."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ...migrations import Migration, add_column, rewrite_json, statements
-
-
-def named_failure(result: Any) -> Any:
-    """A stored result from before `SessionResult.failure_kind`, given the kind its words meant to the versions that
-    wrote it (the only place those words are read: they are frozen in the rows)."""
-    if not isinstance(result, dict) or "failure_kind" in result:
-        return result
-    status, error = result.get("status"), str(result.get("error") or "")
-    kind = None
-    if status in ("timeout", "cancelled"):
-        kind = "agent_timeout" if status == "timeout" else "cancelled"
-    elif status != "completed":
-        kind = "session_lost" if "lost" in error or "restarted" in error else "agent_run_error"
-    elif result.get("masked") or result.get("reward") is None:
-        kind = "verifier_error" if "evaluation" in error else "agent_run_error"
-    return result | {"failure_kind": kind}
-
+from ...migrations import Migration, add_column, statements
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -72,10 +53,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "tasks.group_id: a GRPO group spread over one-sample tasks", add_column("tasks", "group_id", "TEXT")),
     Migration(
         3, "an index on tasks.group_id", statements("CREATE INDEX IF NOT EXISTS tasks_by_group ON tasks(group_id)")
-    ),
-    Migration(
-        4,
-        "sessions.result.failure_kind: a stored result's kind of failure, named",
-        rewrite_json("sessions", "result", named_failure),
     ),
 )

@@ -337,49 +337,6 @@ def test_a_store_from_before_versions_is_brought_forward(tmp_path):
     RolloutStore(path).close()  # opening again changes nothing
 
 
-def test_results_stored_before_failure_kind_get_the_kind_their_words_meant(tmp_path):
-    """A store of version 3 holds results without `failure_kind`: opened now, each has the kind the Gym agent used to
-    read from its words, so a session lost before the upgrade is still `session_lost` for training."""
-    import sqlite3
-
-    import orjson
-
-    from nemo_polar.migrations import migrate
-    from nemo_polar.server.rollout.schema import MIGRATIONS
-
-    path = tmp_path / "v3.sqlite"
-    conn = sqlite3.connect(path)
-    migrate(conn, MIGRATIONS[:3])
-    old = {"task_id": "old", "instruction": "x", "harness": {"name": "pi"}}
-    conn.execute("INSERT INTO tasks VALUES ('old', ?, 'completed', 0, 60, 1.0, 2.0, NULL)", (orjson.dumps(old),))
-    stored = {
-        "lost": {"status": "error", "masked": True, "error": "node lost"},
-        "restart": {"status": "error", "masked": True, "error": "rollout server restarted"},
-        "broke": {"status": "error", "masked": True, "error": "harness exited 1"},
-        "ungraded": {"status": "completed", "masked": True, "reward": None, "error": "evaluation: no repo"},
-        "late": {"status": "timeout", "masked": True, "error": None},
-        "fine": {"status": "completed", "masked": False, "reward": 1.0, "error": None},
-    }
-    for i, (sid, result) in enumerate(stored.items()):
-        row = (sid, "old", i, result["status"], orjson.dumps({"session_id": sid, "task_id": "old", **result}))
-        conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, NULL, 0, NULL, 1.0, ?)", row)
-    conn.commit()
-    conn.close()
-    store = RolloutStore(path)
-    try:
-        kinds = {s.id: s.result["failure_kind"] for s in store.sessions("old")}
-    finally:
-        store.close()
-    assert kinds == {
-        "lost": "session_lost",
-        "restart": "session_lost",
-        "broke": "agent_run_error",
-        "ungraded": "verifier_error",
-        "late": "agent_timeout",
-        "fine": None,
-    }
-
-
 def test_a_store_written_now_opens_after_a_spec_field_is_renamed(tmp_path):
     """A later version renames TaskSpec.agent_timeout_s to agent_budget_s: without a migration its stored
     specs would no longer validate; with one that rewrites them, the store opens as if nothing happened."""
