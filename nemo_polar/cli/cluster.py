@@ -56,6 +56,20 @@ def _launch_slurm(args: argparse.Namespace) -> int:
     return 0 if job.get("job_state", "COMPLETED") == "COMPLETED" else 1
 
 
+def _launch_direct(args: argparse.Namespace) -> int:
+    from ..cluster.launch import main_direct
+    from ..cluster.topology import split_overrides
+
+    recipe_overrides, launch_overrides = split_overrides(args.overrides)
+    cfg = args.config.load(launch_overrides)
+    out = main_direct(cfg, args.recipe, recipe_overrides, args.rollout_url, check=not args.no_check, run=args.run)
+    if args.json:
+        print(json.dumps(out))
+    elif not args.run:
+        print(out["command"])
+    return out.get("exit_code", 0)
+
+
 def _launch_sidecar(args: argparse.Namespace) -> int:
     from ..cluster.launch import sidecar
 
@@ -166,6 +180,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(topology.gateway_port=6100)",
     )
     lslurm.set_defaults(func=_launch_slurm, config=LAUNCH)
+    ldirect = launch.add_parser(
+        "direct", help="NeMo-RL's own launch of a recipe without Slurm: its Gym GRPO entry point, from its checkout"
+    )
+    ldirect.add_argument("--recipe", required=True, help="e.g. recipes/grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml")
+    ldirect.add_argument(
+        "--rollout-url", default=None, help="our rollout server (default: http://$(hostname):<topology.rollout_port>)"
+    )
+    ldirect.add_argument("--run", action="store_true", help="run the command here (default: print it)")
+    ldirect.add_argument("--json", action="store_true", help="one JSON object: command, cwd, argv (and exit_code)")
+    ldirect.add_argument("--no-check", action="store_true", help="skip NeMo-RL's check of the recipe")
+    ldirect.add_argument(
+        "overrides",
+        nargs="*",
+        help="recipe overrides (cluster.num_nodes=1, grpo.max_num_steps=10) and launch ones (nemo_rl.dir=...)",
+    )
+    ldirect.set_defaults(func=_launch_direct, config=LAUNCH)
     lside = launch.add_parser("sidecar", help="one node's part under ray.sub (its SANDBOX_COMMAND)")
     lside.add_argument("overrides", nargs="*", help="launch overrides (topology.*), as `polar launch slurm` passes")
     lside.set_defaults(func=_launch_sidecar, config=LAUNCH)

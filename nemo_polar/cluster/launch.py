@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..nemo_rl.versions import NEMO_RL_COMMIT, ignores_mask_sample
 from ..sandbox import stop_group
 from . import slurm
-from .topology import TOKEN_ENV, LaunchConfig, plan, sidecar_commands
+from .topology import TOKEN_ENV, LaunchConfig, driver_command, grpo_argv, plan, sidecar_commands
 
 
 def render_text(p: dict[str, Any]) -> str:
@@ -110,6 +110,31 @@ def main_slurm(
         if cfg.driver == "learn":
             job["learn"] = _learn_summary(run_dir / "learn")
     return p | {"job": job}
+
+
+def direct(cfg: LaunchConfig, recipe: str, overrides: list[str], rollout_url: str | None = None) -> dict[str, Any]:
+    """NeMo-RL's own launch of a recipe, without Slurm: its Gym GRPO entry point run from its checkout on a machine
+    (or a Ray cluster) of your own, our rollout server at `rollout_url` (default: this machine's, at the topology's
+    port). `command` is the shell line; `argv`, the entry point's, within it."""
+    url = rollout_url or f"http://$(hostname):{cfg.topology.rollout_port}"
+    argv = grpo_argv(cfg, Path(recipe).resolve(), overrides)
+    command = driver_command(cfg, cfg.nemo_rl.dir, argv, url if rollout_url is None else shlex.quote(url))
+    return {"command": command, "cwd": cfg.nemo_rl.dir, "argv": argv, "token_env": TOKEN_ENV}
+
+
+def main_direct(
+    cfg: LaunchConfig, recipe: str, overrides: list[str], rollout_url: str | None, *, check: bool, run: bool
+) -> dict[str, Any]:
+    """`polar launch direct`: the command, after NeMo-RL's check of the recipe with those overrides; with `run`,
+    executed here (its exit status in `exit_code`)."""
+    if check:
+        check_recipe(recipe, overrides)
+    out = direct(cfg, recipe, overrides, rollout_url)
+    if run:
+        if not os.environ.get(TOKEN_ENV):
+            print(f"{TOKEN_ENV} is not set: our Gym agent calls the rollout server without a token", file=sys.stderr)
+        out["exit_code"] = subprocess.run(["bash", "-c", out["command"]], check=False).returncode
+    return out
 
 
 def _learn_summary(folder: Path) -> dict[str, Any] | None:

@@ -167,6 +167,24 @@ def _mounts(dirs: list[str], extra: list[str]) -> str:
     return ",".join([f"{d}:{d}" for d in dict.fromkeys(dirs)] + list(extra))
 
 
+def grpo_argv(cfg: LaunchConfig, recipe: Path, overrides: list[str]) -> list[str]:
+    """NeMo-RL's Gym GRPO entry point on a recipe, as its examples run it from the checkout."""
+    return ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + list(overrides)
+
+
+def driver_command(cfg: LaunchConfig, workdir: str, train: list[str], rollout_url: str) -> str:
+    """The driver's shell command: in `workdir`, with what it needs of us (NeMo-RL's checkout, our Gym plugin root,
+    the rollout server's URL, left unquoted so that a `$(hostname)` in it expands), `train`."""
+    gym_root = Path(cfg.polar.gym_root)
+    gym_root = gym_root if gym_root.is_absolute() else REPO / gym_root
+    env = {
+        "NEMO_RL_DIR": shlex.quote(cfg.nemo_rl.dir),
+        "NEMO_GYM_EXTRA_ROOTS": shlex.quote(str(gym_root)),
+        "POLAR_ROLLOUT_URL": rollout_url,
+    }
+    return f"cd {shlex.quote(workdir)} && " + " ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(train)
+
+
 def plan(
     cfg: LaunchConfig,
     nodes: int,
@@ -178,8 +196,6 @@ def plan(
     topo = cfg.topology
     recipe = Path(recipe).resolve() if recipe is not None else None
     store = str(Path(topo.store_dir).resolve())
-    gym_root = Path(cfg.polar.gym_root)
-    gym_root = gym_root if gym_root.is_absolute() else REPO / gym_root
     rollout_url = f"http://$(hostname):{topo.rollout_port}"  # the driver runs on the first node, as the server
     if cfg.driver == "learn":
         overrides = list(recipe_overrides) + ([f"recipe={recipe}"] if recipe is not None else [])
@@ -191,15 +207,9 @@ def plan(
         assert recipe is not None, "NeMo-RL's GRPO needs a recipe"
         overrides = [f"cluster.num_nodes={nodes}", f"cluster.gpus_per_node={cfg.slurm.gpus_per_node}"]
         overrides += list(recipe_overrides)
-        train = ["uv", "run", cfg.nemo_rl.entry, "--config", str(recipe)] + overrides
+        train = grpo_argv(cfg, recipe, overrides)
         workdir, container = cfg.nemo_rl.dir, cfg.nemo_rl.container
-    driver_env = {  # as the shell reads them: the rollout URL unquoted, so that its $(hostname) expands
-        "NEMO_RL_DIR": shlex.quote(cfg.nemo_rl.dir),
-        "NEMO_GYM_EXTRA_ROOTS": shlex.quote(str(gym_root)),
-        "POLAR_ROLLOUT_URL": rollout_url,
-    }
-    command = f"cd {shlex.quote(workdir)} && " + " ".join(f"{k}={v}" for k, v in driver_env.items())
-    command += " " + shlex.join(train)
+    command = driver_command(cfg, workdir, train, rollout_url)
     if cfg.driver == "learn":  # the rollout server's URL as polar learn's own setting (its $(hostname) expanded)
         command += f" rollout_url={rollout_url}"
     # the sidecar composes the same launch config from the same overrides
