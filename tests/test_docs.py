@@ -391,7 +391,7 @@ def unknown_options(text: str) -> list[str]:
         if name is None:
             found.append(line)
             continue
-        for word in words[len(name.split()) :]:
+        for word in (w.strip("[]") for w in words[len(name.split()) :]):  # `[--session ID]`: optional, still one
             option = word.split("=")[0]
             if word.startswith("--") and option not in polar_commands()[name]:
                 found.append(f"{name} {option}")
@@ -410,7 +410,7 @@ def test_every_key_and_option_a_page_names_exists(page):
 def test_a_key_or_option_that_does_not_exist_is_found():
     stale = (
         "Build with `repair=False` to train only on-policy contexts; lower `agent_timeuot_s`; `budget.cals=3`; "
-        "`runtime.limits.memroy`; `polar traces --no-repiar`; `polar up harness.max_stpes=3`; `polar tracez --json`"
+        "`runtime.limits.memroy`; `polar traces [--no-repiar]`; `polar up harness.max_stpes=3`; `polar tracez --json`"
     )
     assert unknown_keys(stale) == ["repair=False", "budget.cals=3", "runtime.limits.memroy"]  # a bare word: prose
     assert unknown_options(stale) == [
