@@ -146,7 +146,7 @@ def settable(config_name: str, overrides: list[str]) -> list[str]:
     the settings models know (`runtime.limits.memory`, `budget.calls`) needs no `+`: the strict model still
     refuses a key it does not have. Left as written: a group's choice (`harness=codex`), Hydra's own
     prefixes (`+`, `++`, `~`), a package (`@`), and a key inside a group nothing picks (`harness.name=x`
-    without `harness=...`: Hydra's error says so)."""
+    without `harness=...`), refused by Hydra naming the key."""
     groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
     picked = {g for g, option in _defaults(config_name).items() if option is not None}
     picked |= {item.partition("=")[0] for item in overrides if item.partition("=")[0] in groups}
