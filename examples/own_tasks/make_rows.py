@@ -81,7 +81,7 @@ def gym_row(swe: dict) -> dict:
         "polar": {
             "task_id": TASK_ID,
             "runtime": {"repo": swe["repo_path"], "commit": swe["base_commit"]},  # the recipe's runtime gives the kind
-            "evaluator": {"kind": "tests", "config": {}},  # config too: a recipe's is its own evaluator's
+            "evaluator": {"kind": "tests"},  # the hidden tests; a recipe's own (swebench) needs an instance image
             "fields": fields,  # what the evaluator reads
         },
     }

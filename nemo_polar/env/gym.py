@@ -86,7 +86,10 @@ def task_from_row(row: dict[str, Any], defaults: dict[str, Any]) -> TaskSpec:
     spec = {k: v for k, v in defaults.items() if v is not None}
     for key in ("harness", "runtime", "evaluator"):  # merged key by key: a row may set only runtime.repo
         if isinstance(polar.get(key), dict):
-            spec[key] = {**(spec.get(key) or {}), **polar.pop(key)}
+            mine, base = polar.pop(key), spec.get(key) or {}
+            if key == "evaluator" and mine.get("kind", base.get("kind")) != base.get("kind"):
+                base = {}  # another evaluator than the defaults': their config is their evaluator's
+            spec[key] = {**base, **mine}
     prefix = polar.pop("task_id", None) or "gym"
     polar.pop("instruction", None)
     spec.update(polar)

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from nemo_polar.contracts import FailureKind
-from nemo_polar.env.gym import META_SESSION, META_TASK, Verdict, primary_chain, rollout_result, unavailable_result
+from nemo_polar.env.gym import (
+    META_SESSION,
+    META_TASK,
+    Verdict,
+    primary_chain,
+    rollout_result,
+    task_from_row,
+    unavailable_result,
+)
 from nemo_polar.harnesses import HARNESSES
 from nemo_polar.traces.export import write_jsonl
 from nemo_polar.traces.models import Segment, Trace
@@ -92,3 +100,13 @@ def test_a_harness_names_its_side_calls_by_what_their_requests_carry():
     assert HARNESSES["opencode"].side_call(title) == "title"
     assert HARNESSES["opencode"].side_call(agent) is None
     assert HARNESSES["codex"].side_call(title) is None  # a harness with no side calls named has none
+
+
+def test_a_row_naming_another_evaluator_takes_none_of_the_defaults_config():
+    defaults = {"harness": {"name": "codex"}, "evaluator": {"kind": "swebench", "config": {"mode": "auto"}}}
+    fields = {"FAIL_TO_PASS": ["tests/test_x.py::test_bug"]}
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "fix it"}]}, "polar": {"fields": fields}}
+    same = task_from_row(row | {"polar": {"evaluator": {"kind": "swebench"}, "fields": fields}}, defaults)
+    assert (same.evaluator.kind, same.evaluator.config) == ("swebench", {"mode": "auto"})
+    other = task_from_row(row | {"polar": {"evaluator": {"kind": "tests"}, "fields": fields}}, defaults)
+    assert (other.evaluator.kind, other.evaluator.config) == ("tests", {})
