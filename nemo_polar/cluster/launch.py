@@ -52,7 +52,10 @@ def check_images(cfg: LaunchConfig) -> None:
             "or later (docs/training.md)"
         )
     if not cfg.polar.container:
-        raise ConfigError("polar.container: the image the sidecar runs in (nemo_polar, its harnesses) is required")
+        raise ConfigError(
+            "polar.container: the image the sidecar runs in (nemo_polar, its harnesses) is required; "
+            "docker/sidecar.Dockerfile builds it (docs/gpu_cluster.md)"
+        )
 
 
 def check_recipe(recipe: str | Path, overrides: list[str]) -> None:
