@@ -66,6 +66,32 @@ def built(results: list[dict[str, Any]]) -> dict[str, int]:
     return {"chains_built": sum(n > 0 for n in owned), "sampled_tokens": sum(owned)}
 
 
+def batch_counts(train: dict[str, Any] | None) -> dict[str, int]:
+    """What NeMo-RL's loss trains on in its batch (None: no group survived, nothing): its rows (a rollout's, and a
+    further chain's with every chain), those with a trained token, the tokens (each row's after the first)."""
+    if train is None:
+        return {"rows": 0, "chains_trained": 0, "trained_tokens": 0, "chains_refused": 0}
+    trained = [sum(m[1:]) * w for m, w in zip(train["token_mask"], train["sample_mask"], strict=True)]
+    return {
+        "rows": train["rows"],
+        "chains_trained": sum(t > 0 for t in trained),
+        "trained_tokens": int(sum(trained)),
+        "chains_refused": train["chains_refused"],
+    }
+
+
+def sample_counts(batch: list[Sample]) -> dict[str, int]:
+    """What our own loss trains on, counted as `batch_counts` counts NeMo-RL's: a row per unmasked rollout (its
+    primary chain), those with a sampled token, those tokens."""
+    tokens = [sum(s.mask) for s in batch]
+    return {
+        "rows": len(batch),
+        "chains_trained": sum(t > 0 for t in tokens),
+        "trained_tokens": sum(tokens),
+        "chains_refused": 0,
+    }
+
+
 def samples(
     tasks: list[tuple[str, dict[str, Any]]],
     tokenizer: Path,

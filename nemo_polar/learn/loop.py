@@ -39,7 +39,6 @@ from statistics import fmean
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..config import ProxyConfig
 from ..contracts import EvaluatorSpec, TaskSpec
@@ -48,6 +47,7 @@ from ..errors import ConfigError
 from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
 from ..paths import ROOT
+from ..progress import Steps, waiting
 from ..proxy.app import Proxy
 from ..proxy.serve import free_port
 from ..records import CompletionRecord
@@ -56,7 +56,7 @@ from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
 from ..server.rollout import RolloutConfig, RolloutThread
 from ..store import SqliteStore
 from .config import FIRST_VERSION, PROMPTS, SAMPLING, SERVED_NAME, LearnConfig
-from .data import built, gym_results, gym_rows, training_samples
+from .data import batch_counts, built, gym_results, gym_rows, sample_counts, training_samples
 from .data import samples as to_samples
 from .policy import Policy
 
@@ -79,7 +79,7 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
         dev_mode=True, log_path=run_dir / "vllm.log",
     )  # fmt: skip
     with _nemo_rl(cfg, console) as nemo_rl:  # its imports run while vLLM starts
-        with console.status(f"starting {vllm.what} (about a minute on CPU)"):
+        with waiting(console, f"starting {vllm.what} (about a minute on CPU)"):
             vllm.start()
         try:
             # a launch's nodes are up already, their proxies configured with SAMPLING and FIRST_VERSION
@@ -257,7 +257,7 @@ async def _actor(
     if nemo_rl.actor is None:
         yield
         return
-    with console.status("starting NeMo-RL's Gym actor: Ray, Gym's head server, our Gym servers (about a minute)"):
+    with waiting(console, "starting NeMo-RL's Gym actor: Ray, Gym's head server, our Gym servers (about a minute)"):
         base_urls = [f"{vllm.public_url}/v1"]  # as NeMo-RL hands its vLLM HTTP servers to the actor
         start = functools.partial(nemo_rl.actor.start, nemo_rl.recipe, vllm.model, base_urls, SERVED_NAME)
         await asyncio.to_thread(start, rollout_url, _agent(cfg, vllm), run_dir / "gym")
@@ -307,18 +307,17 @@ async def _steps(
 ) -> dict[str, Any]:
     policy = Policy(vllm.model, cfg.lr)
     history: list[dict[str, Any]] = []
-    columns = (TextColumn("step {task.completed}/{task.total}"), BarColumn(), TextColumn("{task.description}"))
     async with (
         _actor(cfg, vllm, rollout_url, nemo_rl, console, run_dir),
         RolloutAPI(rollout_url, cfg.control_token) as api,
     ):
-        with Progress(*columns, TimeElapsedColumn(), console=console) as progress:
-            bar = progress.add_task("reward -", total=cfg.steps)
+        with Steps(console, "step", cfg.steps) as progress:
+            progress.update(0, "reward -")
             for step in range(cfg.steps):
                 row = await _step(cfg, step, api, vllm, records, policy, nemo_rl)
                 history.append(row)
                 status = f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
-                progress.update(bar, advance=1, description=status)
+                progress.update(step + 1, f"{status}  trained tokens {row['trained_tokens']}  {row['seconds']} s")
                 recent = history[-cfg.solved_after :] if cfg.solved_after else []
                 if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
                     break  # nothing left to learn: in every group all samples agree
@@ -364,16 +363,10 @@ async def _step(
         "policy_versions": sorted({str(r.upstream.policy_version) for r in records() if r.started_at >= since}),
         "sessions_by_node": dict(Counter(str(s["node_id"]) for _, t in tasks for s in t["sessions"])),
     }
-    if train is not None:  # what the loss sees: a row per rollout, and per further chain with every chain
-        trained = [sum(m[1:]) * w for m, w in zip(train["token_mask"], train["sample_mask"], strict=True)]
-        row |= {
-            "rows": train["rows"],
-            "chains_built": train["chains_built"],
-            "chains_trained": sum(t > 0 for t in trained),
-            "trained_tokens": int(sum(trained)),
-            "sampled_tokens": train["sampled_tokens"],
-            "chains_refused": train["chains_refused"],
-        }
+    # what the rollouts hold, and what the loss sees (ours: a row per unmasked rollout; NeMo-RL's: its batch)
+    held = train if train is not None else built(gym_results(tasks)[1])
+    row |= {"chains_built": held["chains_built"], "sampled_tokens": held["sampled_tokens"]}
+    row |= sample_counts(batch) if nemo_rl.recipe is None else batch_counts(train)
     updating = time.monotonic()
     if nemo_rl.recipe is None:
         row |= policy.update(batch)
