@@ -60,3 +60,22 @@ def test_the_whole_set_up_names_every_missing_interpreter_and_tool():
 def test_an_unknown_part_is_refused():
     done = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh"), "nope"], capture_output=True, text=True)
     assert done.returncode == 2 and "unknown part: nope" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "script,args", [("nemo_polar/runtimes/toolchain.py", ["manifest"]), ("nemo_polar/harnesses/versions.py", ["npm"])]
+)
+def test_the_files_the_set_up_runs_as_scripts_run_alone(script, args, tmp_path):
+    """scripts/setup.sh runs these as plain files, before any environment exists: no package import may creep in."""
+    extra = [str(tmp_path)] if args == ["manifest"] else []
+    done = subprocess.run(
+        ["python3", "-I", str(ROOT / script), *args, *extra], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_toolchain_finds_the_same_dependencies_folder_as_the_package():
+    from nemo_polar import paths
+    from nemo_polar.runtimes import toolchain
+
+    assert toolchain.DEPS == paths.DEPS

@@ -33,9 +33,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..paths import DEPS
-
-# where the folder is on this machine, and the paths in it the harnesses launch
+# where the folder is on this machine, and the paths in it the harnesses launch. Not `paths.DEPS`: scripts/setup.sh
+# runs this file as a script, where no package import works (tests/runtimes check the two agree)
+DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / ".deps"))
 TOOLS = Path(os.environ.get("POLAR_TOOLS") or DEPS / "tools")
 NODE = "node/bin/node"
 PYTHON = "python/bin/python3"  # also runs forward.py inside sandboxes
