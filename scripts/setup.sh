@@ -347,13 +347,13 @@ setup_model() {
 }
 
 # A disk that fills half-way fails far from its cause (a pip, npm or uv write): warn before starting.
-# Measured: a set-up from nothing takes about 19 GB once deduplicated (28 GB before; 13 of them NeMo-RL's vLLM and Gym
-# actor, built where a checkout is found, 9 of which are shared); a first test run about 4 GB more (Gym's uv cache, temp).
+# Measured: a set-up from nothing takes 19 GB once done, 25 GB at its peak (28 GB before its environments shared their
+# files; most of it NeMo-RL's vLLM and Gym actor, built where a checkout is found); a first test run about 4 GB more.
 disk_check() {
   local need=4 free
   compgen -G "$DEPS/*.stamp" >/dev/null || need=28
   free=$(df -P -BG "$DEPS" | awk 'NR == 2 { print int($4) }')
-  ((free >= need)) || log "warning: ${free} GB free at $DEPS; a set-up from nothing takes ~19 GB (more while it installs), a first test run ~4 GB more"
+  ((free >= need)) || log "warning: ${free} GB free at $DEPS; a set-up from nothing takes ~25 GB at its peak, a first test run ~4 GB more"
 }
 disk_check
 
