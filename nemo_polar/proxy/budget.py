@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from ..errors import BudgetSpent, Unauthorized
 from ..records import Session
 from ..store import SqliteStore
+from .call import Call
 
 
 @dataclass(slots=True)
@@ -60,14 +61,18 @@ class Budgets:
             if session.id not in self._spent:  # forgotten while it waited
                 raise Unauthorized("the session was closed while this call waited for its budget")
 
-    def charge(self, session_id: str, held: int | None, sampled: int) -> None:
-        """A call of the session recorded: it counts with what it sampled, and what it held is given back."""
-        spent = self._of(session_id)
+    def settle(self, call: Call, sampled: int) -> None:
+        """The call is over (recorded, or cancelled before it was): it counts with what it sampled and gives back
+        what it held, once, whichever path ends it. Nothing for a call that took no place."""
+        if not call.budgeted:
+            return
+        call.budgeted = False
+        spent = self._of(call.session.id)
         spent.calls += 1
         spent.sampled += sampled
         spent.calls_held = max(0, spent.calls_held - 1)
-        spent.tokens_held = max(0, spent.tokens_held - (held or 0))
-        if (event := self._given_back.pop(session_id, None)) is not None:
+        spent.tokens_held = max(0, spent.tokens_held - (call.held or 0))
+        if (event := self._given_back.pop(call.session.id, None)) is not None:
             event.set()
 
     def forget(self, session_id: str) -> None:

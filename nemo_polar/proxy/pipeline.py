@@ -119,9 +119,7 @@ class CallPipeline:
             await self.recorder.record(call, completion)
             return whole_answer(dialect, call.request, completion)
         except BaseException:
-            if call.budgeted:  # cancelled before it was recorded: what it held is given back, the call counted
-                call.budgeted = False
-                self.sessions.budgets.charge(call.session.id, call.held, 0)
+            self.sessions.budgets.settle(call, 0)  # cancelled before it was recorded: the call counted
             raise
 
     async def take_budget(self, call: Call) -> None:

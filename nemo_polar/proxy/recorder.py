@@ -56,9 +56,7 @@ class Recorder:
         c = completion
         if c is not None and self.backend.splices:
             self.sessions.sampled(call.session.id, c)
-        if call.budgeted:
-            call.budgeted = False  # charged once, whichever path records it
-            self.sessions.budgets.charge(call.session.id, call.held, len(c.completion_token_ids) if c else 0)
+        self.sessions.budgets.settle(call, len(c.completion_token_ids) if c else 0)
         finished = time.time()
         status = status or (err.kind if err else "ok")
         self.metrics.call(
