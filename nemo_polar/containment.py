@@ -22,7 +22,7 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -131,6 +131,9 @@ class Containment:
                 return f"limit: processes ({self.limits.processes}): a fork was refused"
         return None
 
+    def output_over(self) -> None:
+        self.over(f"limit: output ({self.limits.output}): a command wrote more to stdout and stderr")
+
     def over(self, reason: str) -> None:
         if self.reason is None:
             self.reason = reason
@@ -150,6 +153,17 @@ class Containment:
             killed.update(pids)
             time.sleep(0.01)  # the killed leave the cgroup as they exit
         return sorted(killed)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, on_over: Callable[[], object]) -> AsyncIterator[None]:
+        """Around one command: `watch` while it runs, and once it has ended what it wrote in its last moments
+        measured."""
+        watcher = asyncio.ensure_future(self.watch(on_over))
+        try:
+            yield
+        finally:
+            watcher.cancel()
+        await self.measure()
 
     async def watch(self, on_over: Callable[[], object]) -> None:
         """While a command runs: once the session passes a limit (its cgroup's counts, its folders' size), `on_over`
@@ -179,17 +193,37 @@ class Containment:
             return
         for _ in range(100):
             for controller, group in list(self.cgroups.items()):
-                with contextlib.suppress(FileNotFoundError):
-                    try:
-                        group.rmdir()
-                    except OSError:
-                        continue
+                try:
+                    group.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError:  # busy: its processes are still going
+                    continue
                 del self.cgroups[controller]
             if not self.cgroups:
                 return
             self.kill_all()
         log.warning("%s: cgroups left behind: %s", self.name, ", ".join(map(str, self.cgroups.values())))
         self.cgroups = {}
+
+
+class Kept:
+    """What one command's stdout and stderr may bring together (`limit` bytes; None: all of it); past it `over` is
+    called, once, and the rest dropped: an endless stream costs the node nothing."""
+
+    def __init__(self, limit: int | None, over: Callable[[], object]):
+        self.left, self.over = limit, over
+
+    def take(self, chunk: bytes) -> bytes:
+        """The part of `chunk` kept."""
+        if self.left is None:
+            return chunk
+        kept = chunk[: self.left]
+        self.left -= len(chunk)
+        if self.left < 0:
+            self.left, over, self.over = 0, self.over, lambda: None
+            over()
+        return kept
 
 
 def _make_cgroups(name: str, processes: int | None, memory: int | None) -> dict[str, Path]:

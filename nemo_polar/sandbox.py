@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .containment import Containment, size_bytes
+from .containment import Containment, Kept, size_bytes
 
 TIMEOUT_RC = 124  # what `timeout(1)` returns: the command was killed at its deadline
 READ_GRACE_S = 2.0  # after a kill, how long to wait for output a stray process may still hold open
@@ -125,8 +125,8 @@ async def run_group(
     )
     on_start(proc.pid)
     feeder = None if stdin is None else asyncio.create_task(_feed(proc.stdin, stdin))
-    kept = _Kept(max_output, lambda: (kill_group(proc.pid), on_output_over()))
-    readers = asyncio.gather(kept.read(proc.stdout), kept.read(proc.stderr))
+    kept = Kept(max_output, lambda: (kill_group(proc.pid), on_output_over()))
+    readers = asyncio.gather(_read(proc.stdout, kept), _read(proc.stderr, kept))
     try:
         await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
         timed_out = False
@@ -155,24 +155,13 @@ async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
         pass
 
 
-class _Kept:
-    """What a command's two pipes may bring together; once past it, `over` is called and the rest read and dropped."""
-
-    def __init__(self, limit: int | None, over: Callable[[], object]):
-        self.left, self.over = limit, over  # called once
-
-    async def read(self, stream: asyncio.StreamReader) -> bytes:
-        if self.left is None:
-            return await stream.read()
-        chunks = []
-        while chunk := await stream.read(1 << 16):
-            if self.left > 0:
-                chunks.append(chunk[: self.left])
-            self.left -= len(chunk)
-            if self.left < 0:
-                self.left, over, self.over = 0, self.over, lambda: None
-                over()
-        return b"".join(chunks)
+async def _read(stream: asyncio.StreamReader, kept: Kept) -> bytes:
+    if kept.left is None:
+        return await stream.read()
+    chunks = []
+    while chunk := await stream.read(1 << 16):
+        chunks.append(kept.take(chunk))
+    return b"".join(chunks)
 
 
 class ProcessGroups:
@@ -190,24 +179,17 @@ class ProcessGroups:
         box = self.containment
         if box is None:
             return await run_group(argv, env, cwd, timeout, self._started, self.live.discard)
-        output = box.limits.output
-        why = f"limit: output ({output}): a command wrote more to stdout and stderr"
-        watcher = asyncio.ensure_future(box.watch(self.kill_all))
-        try:
-            ran = await run_group(
+        async with box.watching(self.kill_all):
+            return await run_group(
                 box.wrap(argv),
                 env,
                 cwd,
                 timeout,
                 self._started,
                 self.live.discard,
-                max_output=size_bytes(output),
-                on_output_over=lambda: box.over(why),
+                max_output=size_bytes(box.limits.output),
+                on_output_over=box.output_over,
             )
-        finally:
-            watcher.cancel()
-        await box.measure()  # what it wrote in its last moments
-        return ran
 
     def _started(self, pgid: int) -> None:
         self.started.append(pgid)

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from ..containment import Containment, size_bytes
+from ..containment import Containment, Kept, size_bytes
 from ..errors import ConfigError, SandboxError
 from ..sandbox import TIMEOUT_RC
 from .base import CONTAINER_HOME, DEFAULT_PATH, Bind, ContainerRuntime, EngineSettings, outside, remove_tree
@@ -233,17 +233,15 @@ class DockerRuntime(ContainerRuntime):
             workdir=str(self.inside_work),
         )
         exec_id = created["Id"]
-        watcher = asyncio.ensure_future(self.containment.watch(lambda: self._kill_exec(exec_id)))
         # a backstop past the in-container deadline: a wedged exec is ended by stop() removing the container
         try:
-            out, err = await asyncio.wait_for(
-                asyncio.to_thread(self._read_exec, exec_id), None if timeout is None else timeout + KILL_AFTER_S + 10
-            )
+            async with self.containment.watching(lambda: self._kill_exec(exec_id)):
+                out, err = await asyncio.wait_for(
+                    asyncio.to_thread(self._read_exec, exec_id),
+                    None if timeout is None else timeout + KILL_AFTER_S + 10,
+                )
         except TimeoutError:
             return TIMEOUT_RC, "", "(exec did not return after its deadline)"
-        finally:
-            watcher.cancel()
-        await self.containment.measure()
         rc = (await asyncio.to_thread(api.exec_inspect, exec_id))["ExitCode"]
         if timeout is not None and rc in (124, 137) and time.monotonic() - t0 >= timeout:
             rc = TIMEOUT_RC
@@ -252,21 +250,14 @@ class DockerRuntime(ContainerRuntime):
     def _read_exec(self, exec_id: str) -> tuple[bytes, bytes]:
         """The exec's stdout and stderr as they come, kept up to `runtime.limits.output` together: past it the exec
         is killed and the rest dropped (an endless stream costs the node nothing)."""
-        limit = self.containment.limits.output
-        left = size_bytes(limit)
-        kept: tuple[list[bytes], list[bytes]] = ([], [])
+        box = self.containment
+        kept = Kept(size_bytes(box.limits.output), lambda: (box.output_over(), self._kill_exec(exec_id)))
+        out: tuple[list[bytes], list[bytes]] = ([], [])
         for pair in self.client.api.exec_start(exec_id, stream=True, demux=True):
-            for chunk, into in zip(pair, kept, strict=True):
-                if not chunk:
-                    continue
-                if left is not None:
-                    into.append(chunk[: max(left, 0)])
-                    if left >= 0 and (left := left - len(chunk)) < 0:
-                        self.containment.over(f"limit: output ({limit}): a command wrote more to stdout and stderr")
-                        self._kill_exec(exec_id)
-                else:
-                    into.append(chunk)
-        return b"".join(kept[0]), b"".join(kept[1])
+            for chunk, into in zip(pair, out, strict=True):
+                if chunk:
+                    into.append(kept.take(chunk))
+        return b"".join(out[0]), b"".join(out[1])
 
     def _kill_exec(self, exec_id: str) -> None:
         """The exec's process group killed (`timeout` leads it), from the host."""
