@@ -424,6 +424,9 @@ preflight() {
       pyenv_python 3.13.0 "${POLAR_PYTHON313:-}" >/dev/null 2>&1 || problems+=("$part needs Python 3.13: pyenv install 3.13.0 (or POLAR_PYTHON313)")
     fi
   done
+  if [[ -n ${POLAR_HARNESS_VERSIONS:-} ]] && command -v "$PY311" >/dev/null; then   # other versions than the pins
+    "$PY311" "$PINS" npm >/dev/null 2>&1 || problems+=("$("$PY311" "$PINS" npm 2>&1 || true)")
+  fi
   if asked node && [[ ! -f "$DEPS/node.stamp" ]]; then
     command -v node >/dev/null && command -v npm >/dev/null || problems+=("the harness CLIs need Node.js and npm (Node 20 or newer)")
   fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import ConfigError
 
@@ -10,7 +11,26 @@ from ..errors import ConfigError
 def _runtime_check(args: argparse.Namespace) -> int:
     from .runtime_check import main
 
-    return main(args.runtime, args.image, args.upstream, args.only or None, args.json, args.engine, args.model)
+    return main(
+        args.runtime,
+        args.image,
+        args.upstream,
+        args.only or None,
+        args.json,
+        args.engine,
+        args.model,
+        dict(args.version),
+        args.fidelity,
+        args.markdown,
+    )
+
+
+def harness_version(text: str) -> tuple[str, str]:
+    """HARNESS=VERSION: that harness's CLI at another version than its pin"""
+    name, sep, version = text.partition("=")
+    if not sep or not version:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HARNESS=VERSION (e.g. codex=0.170.0)")
+    return name, version
 
 
 def runtime_kind(name: str) -> str:
@@ -49,6 +69,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         type=configuration,
         help="one configuration (repeatable), e.g. pi-gemini",
+    )
+    rcheck.add_argument(
+        "--version",
+        action="append",
+        default=[],
+        type=harness_version,
+        metavar="HARNESS=VERSION",
+        help="run that harness's CLI at this version, not its pin (repeatable; installed by "
+        "POLAR_HARNESS_VERSIONS=HARNESS=VERSION scripts/setup.sh PART)",
+    )
+    rcheck.add_argument(
+        "--fidelity",
+        action="store_true",
+        help="also a tool loop on the fake upstream, and a row per configuration: dialect, streaming, side calls, "
+        "chains, calls recorded / made, tokens trained / sampled, the proxy's time per call",
+    )
+    rcheck.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write the fidelity table between FILE's <!-- fidelity --> markers (implies --fidelity)",
     )
     rcheck.add_argument("--json", action="store_true", help="one JSON object on one line")
     rcheck.set_defaults(func=_runtime_check)

@@ -16,15 +16,18 @@ the check's folder, and every session folder must be gone; anything left is a fa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
 from ..config import ProxyConfig
 from ..contracts import HarnessSpec
 from ..errors import ConfigError, HarnessNotInstalled
@@ -36,6 +39,7 @@ from ..proxy.backends import BACKENDS
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import RUNTIMES
 from ..runtimes.spec import RuntimeSpec
+from .fidelity import Ran, fidelity_row, markdown, write_table
 
 ROOTFS = DEPS / "rootfs" / "bookworm"  # scripts/setup.sh rootfs: Debian minbase, no python, no node
 TASK = "Say hello in one word."
@@ -71,6 +75,22 @@ def runtime_spec(kind: str, image: str | None = None) -> RuntimeSpec:
     return RuntimeSpec(kind=kind, image=image)
 
 
+@dataclass(frozen=True)
+class Pass:
+    """One session of every configuration: its task, where its calls go, and its bounds."""
+
+    name: str
+    task: str = TASK
+    max_steps: int = 2
+    route: dict[str, Any] = field(default_factory=dict)  # the session's own (upstream_url, max_calls, ...)
+
+
+# --fidelity's second pass: the fake upstream answers every call with a tool call (the task carries its marker),
+# so nothing but the harness's own step limit or the session's budget of calls ends the session
+TOOL_LOOP_TASK = "List the files here with a tool, then list them again. [fault:tool_call]"
+TOOL_LOOP_STEPS, TOOL_LOOP_CALLS = 4, 6
+
+
 def check(
     spec: RuntimeSpec,
     upstream_url: str | None = None,
@@ -79,11 +99,20 @@ def check(
     timeout_s: float = 300.0,
     engine: str = "vllm",
     model: str | None = None,
+    versions: dict[str, str] | None = None,
+    fidelity: bool = False,
 ) -> dict[str, Any]:
-    """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds"). `engine`: the server's kind (the
-    proxy's upstream.engine), `model`: the name it serves (needed for one that lists none, as NeMo-RL's)."""
+    """{"harnesses", "ran", "failures": [{harness, why, ...}]} (and "seconds"; "fidelity": a row per configuration
+    with `fidelity`). `engine`: the server's kind (the proxy's upstream.engine), `model`: the name it serves (needed
+    for one that lists none, as NeMo-RL's); `versions`: harness -> the CLI version to run instead of its pin."""
     configs = configurations()
     names = chosen(only)
+    unknown = sorted(set(versions or {}) - {o["name"] for o in configs.values()})
+    if unknown:
+        raise ConfigError(f"--version names no harness of this check: {', '.join(unknown)}")
+    for name in names:
+        if configs[name]["name"] in (versions or {}):
+            configs[name] = configs[name] | {"version": versions[configs[name]["name"]]}  # type: ignore[index]
     backend = BACKENDS[engine]
     if upstream_url is not None and model is None and not backend.lists_models:
         raise ConfigError(backend.no_model_name().replace("upstream.model", "--model"))
@@ -100,9 +129,14 @@ def check(
         upstream_url, model = vllm.url, vllm.served_name
     upstream = {"url": upstream_url, "engine": engine, "model": model, "timeout_s": 300}
     try:
-        with tempfile.TemporaryDirectory(prefix="polar-check-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="polar-check-") as tmp, contextlib.ExitStack() as stack:
+            passes = [Pass("served")]
+            if fidelity:  # the fake upstream of the tool loop, routed to per session
+                fake = stack.enter_context(FakeUpstreamThread())
+                route = {"upstream_url": fake.url, "upstream_model": SERVED_MODEL, "max_calls": TOOL_LOOP_CALLS}
+                passes.append(Pass("tool_loop", TOOL_LOOP_TASK, TOOL_LOOP_STEPS, route))
             out = asyncio.run(
-                _check_all(spec, upstream, [(n, configs[n]) for n in names], Path(tmp), parallel, timeout_s)
+                _check_all(spec, upstream, [(n, configs[n]) for n in names], Path(tmp), parallel, timeout_s, passes)
             )
     finally:
         if vllm is not None:
@@ -119,6 +153,7 @@ async def _check_all(
     root: Path,
     parallel: int,
     timeout_s: float,
+    passes: list[Pass],
 ) -> dict[str, Any]:
     config = ProxyConfig.model_validate(
         {
@@ -130,14 +165,21 @@ async def _check_all(
     )
     gate = asyncio.Semaphore(parallel)
     pids: list[int] = []
+    rows: list[dict[str, Any]] = []
     with ProxyThread(config) as proxy:
         outcomes = await asyncio.gather(
-            *(_one(gate, name, options, spec, proxy, root / "sessions", timeout_s, pids) for name, options in configs)
+            *(
+                _one(gate, name, options, spec, proxy, root / "sessions", timeout_s, pids, passes)
+                for name, options in configs
+            )
         )
-    failures = [o for o in outcomes if o is not None]
+        if len(passes) > 1:
+            done = zip(configs, outcomes, strict=True)
+            rows = [fidelity_row(name, options, ran, proxy.proxy) for (name, options), (_, ran) in done]
+    failures = [failure for failure, _ in outcomes if failure is not None]
     failures += leftovers(root, pids)
-    ran = sum(o is None for o in outcomes)
-    return {"harnesses": len(configs), "ran": ran, "failures": failures}
+    ran = sum(failure is None for failure, _ in outcomes)
+    return {"harnesses": len(configs), "ran": ran, "failures": failures} | ({"fidelity": rows} if rows else {})
 
 
 async def _one(
@@ -149,36 +191,44 @@ async def _one(
     root: Path,
     timeout_s: float,
     pids: list,
-) -> dict[str, Any] | None:
+    passes: list[Pass],
+) -> tuple[dict[str, Any] | None, dict[str, Ran]]:
+    """The configuration's failure (None: it ran) and its sessions, by pass."""
     async with gate:
         spec_h = HarnessSpec(**options, max_steps=2)
         harness = HARNESSES.make(spec_h.name, spec_h.options)
         try:
             await asyncio.to_thread(check_install, harness)
         except HarnessNotInstalled as exc:
-            return {"harness": name, "why": str(exc)}
-        session = proxy.proxy.sessions.open(metadata={"runtime_check": name})
-        runtime = spec.make(root, name, proxy.url)
-        t0 = time.monotonic()
-        try:
-            await runtime.start()
-            launch = harness.launch(
-                TASK, Endpoint(runtime.proxy_url or proxy.url, session.api_key), runtime.inside(), 2
+            return {"harness": name, "why": str(exc)}, {}
+        ran: dict[str, Ran] = {}
+        for each in passes:
+            session = proxy.proxy.sessions.open(metadata={"runtime_check": name, "pass": each.name}, **each.route)
+            runtime = spec.make(root, f"{name}-{each.name}", proxy.url)
+            t0 = time.monotonic()
+            try:
+                await runtime.start()
+                endpoint = Endpoint(runtime.proxy_url or proxy.url, session.api_key)
+                launch = harness.launch(each.task, endpoint, runtime.inside(), each.max_steps)
+                launch.write_files(runtime.home)
+                rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a failed start is this configuration's failure
+                return {"harness": name, "why": f"{each.name}: {type(exc).__name__}: {exc}"}, ran
+            finally:
+                pids += getattr(runtime, "pids", [])
+                await runtime.stop()
+            proxy.proxy.store.flush()
+            ran[each.name] = Ran(session.id, rc, time.monotonic() - t0)
+            answered = [r for r in proxy.proxy.store.records(session.id) if r.status == "ok"]
+            if not answered:
+                tail = (err or out).strip()[-1500:]
+                why = f"no answered model call through the proxy ({each.name})"
+                return {"harness": name, "why": why, "rc": rc, "tail": tail}, ran
+            print(
+                f"{name} ({each.name}): {len(answered)} call(s), rc {rc}, {ran[each.name].seconds:.1f} s",
+                file=sys.stderr,
             )
-            launch.write_files(runtime.home)
-            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=timeout_s)
-        except Exception as exc:  # noqa: BLE001 - a failed start is this configuration's failure
-            return {"harness": name, "why": f"{type(exc).__name__}: {exc}"}
-        finally:
-            pids += getattr(runtime, "pids", [])
-            await runtime.stop()
-        proxy.proxy.store.flush()
-        answered = [r for r in proxy.proxy.store.records(session.id) if r.status == "ok"]
-        if not answered:
-            tail = (err or out).strip()[-1500:]
-            return {"harness": name, "why": "no answered model call through the proxy", "rc": rc, "tail": tail}
-        print(f"{name}: {len(answered)} call(s), rc {rc}, {time.monotonic() - t0:.1f} s", file=sys.stderr)
-        return None
+        return None, ran
 
 
 def _group_alive(pgid: int) -> bool:
@@ -222,14 +272,29 @@ def main(
     as_json: bool,
     engine: str = "vllm",
     model: str | None = None,
+    versions: dict[str, str] | None = None,
+    fidelity: bool = False,
+    table_file: Path | None = None,
 ) -> int:
-    result = check(runtime_spec(kind, image), upstream, only, engine=engine, model=model)
+    fidelity = fidelity or table_file is not None
+    result = check(
+        runtime_spec(kind, image), upstream, only, engine=engine, model=model, versions=versions, fidelity=fidelity
+    )
+    keys = ("harnesses", "ran", "failures", "seconds") + (("fidelity",) if fidelity else ())
     if as_json:
-        print(json.dumps({k: result[k] for k in ("harnesses", "ran", "failures")}))
+        print(json.dumps({k: result[k] for k in keys if k in result}))
     else:
         print(f"{result['ran']} of {result['harnesses']} harness configurations ran in {kind} ({result['seconds']} s)")
         for failure in result["failures"]:
             print(
                 f"  {failure['harness']}: {failure['why']}" + (f"\n    {failure['tail']}" if "tail" in failure else "")
             )
+        if fidelity:
+            print(markdown(result.get("fidelity", []), kind))
+    if table_file is not None:
+        note = (
+            f"Made by `polar runtime check --runtime {kind} --fidelity --markdown {table_file}` "
+            f"({result['ran']} of {result['harnesses']} configurations ran, {result['seconds']} s)."
+        )
+        write_table(table_file, markdown(result.get("fidelity", []), kind), note)
     return 0 if not result["failures"] and result["ran"] == result["harnesses"] else 1

@@ -14,6 +14,7 @@ validated when the task is submitted. Options a harness does not know are errors
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
@@ -59,6 +60,11 @@ class HarnessSettings(Strict):
         description="more environment for the harness (over HOME, PATH...); its own variables, the proxy's "
         "URL and the session's key among them, always win",
     )
+    version: str | None = Field(
+        None,
+        description="the CLI version to run instead of the pinned one; the node checks the installed one "
+        "against it (install it with POLAR_HARNESS_VERSIONS=<harness>=<version> scripts/setup.sh <part>)",
+    )
 
 
 class Harness(Plugin, ABC):
@@ -95,6 +101,13 @@ class Harness(Plugin, ABC):
                 trace.metadata["side_call"] = side
 
     settings: HarnessSettings
+
+    @property
+    def wanted(self) -> Pin | None:
+        """What a node checks is installed: the pin, at the version the task asks for (`harness.version`)."""
+        if self.pin is None or self.settings.version is None:
+            return self.pin
+        return dataclasses.replace(self.pin, version=self.settings.version)
 
     @abstractmethod
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import HarnessNotInstalled
 from ..runtimes import toolchain
 from . import base
-from .versions import Pin
+from .versions import ASKED, Pin
 
 __all__ = ["HarnessNotInstalled", "check_install", "installed_version", "where"]
 
@@ -50,29 +50,30 @@ def installed_version(pin: Pin, tools: Path | None = None) -> str | None:
     return None
 
 
-_checked: dict[tuple[str, Path], str] = {}
+_checked: dict[tuple[str, str, Path], str] = {}
 _lock = threading.Lock()
 
 
 def check_install(harness: base.Harness, tools: Path | None = None) -> str:
-    """The harness's installed version, once it matches its pin; raises HarnessNotInstalled, naming
-    the harness, both versions and the set-up command, otherwise. A harness with no pin (`shell`)
-    passes as "". Successes are cached for the process; failures are checked again next time, so a
+    """The harness's installed version, once it matches its pin (at `harness.version` where set); raises
+    HarnessNotInstalled, naming the harness, both versions and the set-up command, otherwise. A harness with no
+    pin (`shell`) passes as "". Successes are cached for the process; failures are checked again next time, so a
     node picks up a fixed install without a restart."""
-    pin = harness.pin
+    pin = harness.wanted
     if pin is None:
         return ""
     tools = tools or toolchain.TOOLS
-    key = (harness.name, tools)
+    key = (harness.name, pin.version, tools)
     with _lock:
         if key in _checked:
             return _checked[key]
     found = installed_version(pin, tools)
     if found != pin.version:
         state = f"found {found}" if found else "found nothing"
+        asked = "" if pin == harness.pin else f"{ASKED}={harness.name}={pin.version} "
         raise HarnessNotInstalled(
             f"harness {harness.name!r} needs {pin.package} {pin.version}, {state} at {where(pin, tools)}; "
-            f"run `scripts/setup.sh {pin.part}`"
+            f"run `{asked}scripts/setup.sh {pin.part}`"
         )
     with _lock:
         _checked[key] = found

@@ -19,6 +19,8 @@ class ShellSettings(HarnessSettings):
     def _has_command(self) -> ShellSettings:
         if not self.command:
             raise ValueError("harness `shell` needs `command` (harness.command, run with sh -c in the working copy)")
+        if self.version is not None:
+            raise ValueError("harness `shell` runs your command: it installs no CLI whose version could be set")
         return self
 
 

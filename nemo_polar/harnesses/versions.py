@@ -6,13 +6,18 @@ Standard library only, so set-up can read the pins before any environment exists
 
     python3 nemo_polar/harnesses/versions.py npm              # pkg@version ...
     python3 nemo_polar/harnesses/versions.py pip mini_swe_agent  # pkg==version ...
+
+A user who runs another version than the pinned one names it in POLAR_HARNESS_VERSIONS
+(`codex=0.170.0 aider=0.87.0`): set-up installs that one instead (its stamps notice), and a task that sets
+`harness.version` to it passes the node's check.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -61,13 +66,30 @@ def read_pins(folder: Path = ADAPTERS) -> dict[str, Pin]:
 
 
 PINS = read_pins()
+ASKED = "POLAR_HARNESS_VERSIONS"
+
+
+def asked(text: str | None = None) -> dict[str, str]:
+    """harness -> the version a user asks set-up for instead of its pin (`codex=0.170.0 aider=0.87.0`)."""
+    text = os.environ.get(ASKED, "") if text is None else text
+    out: dict[str, str] = {}
+    for item in text.replace(",", " ").split():
+        name, sep, version = item.partition("=")
+        if not sep or not version or name not in PINS:
+            known = ", ".join(PINS)
+            raise SystemExit(f"{ASKED}: {item!r} is not <harness>=<version> with a harness of {known}")
+        out[name] = version
+    return out
 
 
 def specs(kind: str, harness: str | None = None) -> list[str]:
+    """What set-up installs: each pin, at the version asked for where one is."""
+    versions = asked()
+    pins = {n: replace(p, version=versions.get(n, p.version)) for n, p in PINS.items()}
     if harness is not None:
-        pin = PINS[harness]
+        pin = pins[harness]
         return [pin.spec, *pin.extra]
-    return [p.spec for p in PINS.values() if p.kind == kind]
+    return [p.spec for p in pins.values() if p.kind == kind]
 
 
 if __name__ == "__main__":

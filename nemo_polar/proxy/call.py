@@ -30,7 +30,8 @@ class Call:
     target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
     upstream_body: dict[str, Any] | None = None
     first_token_at: float | None = None
-    upstream_s: float | None = None  # the inference server's own time, for a call answered whole
+    asked: float | None = None  # when the inference server was asked (monotonic)
+    upstream_s: float | None = None  # its own time: until its whole answer, or a stream's last chunk, was in
     stored: Bodies | None = None  # its bodies as the store keeps them, encoded while the upstream works
     budgeted: bool = False  # it holds a place in its session's budget until it is recorded (`budget.py`)
     held: int | None = None  # and the tokens it may sample

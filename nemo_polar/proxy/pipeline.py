@@ -89,10 +89,19 @@ class CallPipeline:
         streamed call goes on in `relay`; one answered whole is forwarded and assembled here while
         it holds its place at the gate, recorded and rendered once it has left (inline: a coroutine
         more would be one more frame for every wake-up of the call)."""
+        tally = None
         try:
-            call = await self.admit(request, dialect)
+            key = api_key(request)
+            session = self.sessions.by_key(key) if key else None
+            if session is None:
+                raise Unauthorized("unknown or missing API key: use the session key you were given")
+            tally = self.sessions.tally(session.id)
+            tally.arrived += 1
+            call = await self.admit(session, request, dialect)
             await self.take_budget(call)
         except PolarError as err:
+            if tally is not None:
+                tally.refused += 1
             return error_response(dialect, err)
         try:
             try:
@@ -133,12 +142,8 @@ class CallPipeline:
         if call.held is not None:
             call.request.max_tokens = call.held
 
-    async def admit(self, request: Request, dialect: Dialect) -> Call:
-        """The session the key names, and its body within the size limit, parsed."""
-        key = api_key(request)
-        session = self.sessions.by_key(key) if key else None
-        if session is None:
-            raise Unauthorized("unknown or missing API key: use the session key you were given")
+    async def admit(self, session: Session, request: Request, dialect: Dialect) -> Call:
+        """The session's call: its body within the size limit, parsed."""
         raw = await read_body(request, self.limits.max_body_bytes)
         return self.parse(session, dialect, raw, request)
 
@@ -200,6 +205,7 @@ class CallPipeline:
         the hold when it closes."""
         try:
             await self.target(call)
+            call.asked = time.monotonic()
             response = await self.upstream.open_stream(chat_url(call), call.upstream_json())
         except BaseException as exc:  # refused, failed or cancelled before a relay holds the call
             with hold:  # the call leaves the gate here, its failure recorded first

@@ -12,6 +12,7 @@ from __future__ import annotations
 import secrets
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from ..chat import Completion, ToolCall, Usage
@@ -29,11 +30,30 @@ def new_key() -> str:
     return "sk-polar-" + secrets.token_urlsafe(24)  # 32 characters: store.KEY_PATTERN redacts them
 
 
+@dataclass
+class Tally:
+    """What an open session's calls came to at the proxy, counted as they happen: every call that reached it
+    with the session's key, those refused before they were forwarded (nothing recorded: bad input, a spent
+    budget), and the proxy's own time over the calls it recorded (`polar runtime check --fidelity`)."""
+
+    arrived: int = 0
+    refused: int = 0
+    timed: int = 0
+    added_s: float = 0.0
+    added_max_s: float = 0.0
+
+    def added(self, seconds: float) -> None:
+        self.timed += 1
+        self.added_s += seconds
+        self.added_max_s = max(self.added_max_s, seconds)
+
+
 class Sessions:
     def __init__(self, store: SqliteStore):
         self.store = store
         self._by_hash: dict[str, Session] = {}  # filled as keys are used (the store has only hashes)
         self._seq: dict[str, int] = {}
+        self._tallies: dict[str, Tally] = {}
         self.budgets = Budgets(store)
         # what makes a session's next call cheap, bounded by bytes (the store's last record of it is there too)
         self.cache = store.cache
@@ -69,8 +89,16 @@ class Sessions:
         for hashed in [h for h, s in self._by_hash.items() if s.id == session_id]:
             del self._by_hash[hashed]
         self._seq.pop(session_id, None)
+        self._tallies.pop(session_id, None)
         self.budgets.forget(session_id)
         self.cache.forget(session_id)
+
+    def tally(self, session_id: str) -> Tally:
+        """The session's counts since this proxy started (kept while it is open)."""
+        tally = self._tallies.get(session_id)
+        if tally is None:
+            tally = self._tallies[session_id] = Tally()
+        return tally
 
     def next_seq(self, session_id: str) -> int:
         seq = self._seq.get(session_id)

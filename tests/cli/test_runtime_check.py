@@ -7,6 +7,8 @@ import sys
 import textwrap
 from collections import Counter
 
+import pytest
+
 from nemo_polar.cli import runtime_check
 from nemo_polar.cli.runtime_check import configurations
 from nemo_polar.contracts import HarnessSpec
@@ -72,3 +74,43 @@ def test_a_new_harness_is_checked_once_per_api_its_settings_choose(tmp_path, mon
         }
     finally:
         sys.modules.pop("new_harnesses", None)
+
+
+@pytest.mark.harness
+def test_fidelity_rows_come_from_the_run(tmp_path):
+    """`--fidelity` on the fake upstream (both passes): Pi streams Chat Completions and, having no step limit of
+    its own, is ended by the session's budget in the tool loop (the refused call counted apart from those
+    recorded); shell's one-call agent is one call, one chain, answered whole. The table lands between the
+    markers of a page, the rest of it kept."""
+    from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
+    from nemo_polar.cli.fidelity import markdown, write_table
+    from nemo_polar.harnesses.install import check_install
+
+    check_install(HARNESSES["pi"]())
+    with FakeUpstreamThread() as up:
+        out = runtime_check.check(
+            runtime_check.runtime_spec("local"),
+            up.url,
+            ["pi-openai_chat", "shell"],
+            model=SERVED_MODEL,
+            fidelity=True,
+            timeout_s=120,
+        )
+    assert out["failures"] == [] and out["ran"] == 2, out
+    pi, shell = out["fidelity"]
+    assert (pi["configuration"], pi["dialect"], pi["streamed"]) == ("pi-openai_chat", "openai_chat", "yes")
+    assert pi["stopped_by"] == "budget" and pi["tool_loop_calls"] == runtime_check.TOOL_LOOP_CALLS
+    assert pi["calls_refused"] >= 1 and pi["calls_recorded"] + pi["calls_refused"] == pi["calls_made"]
+    assert pi["tokens_trained"] == pi["tokens_sampled"] > 0 and pi["added_ms_mean"] > 0
+    assert (shell["dialect"], shell["streamed"], shell["chains"]) == (
+        "openai_chat",
+        "no",
+        {"served": 1, "tool_loop": 1},
+    )
+    assert shell["calls_made"] == shell["calls_recorded"] == 2 and shell["side_calls"] == {}
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n<!-- fidelity -->\nold\n<!-- /fidelity -->\n\nafter\n")
+    write_table(page, markdown(out["fidelity"], "local"), "made now")
+    text = page.read_text()
+    assert "old" not in text and text.startswith("# Title") and text.endswith("\nafter\n")
+    assert "| `pi-openai_chat` |" in text and "| budget |" in text

@@ -129,3 +129,32 @@ def test_a_session_whose_harness_is_not_installed_is_masked(proxy, tmp_path, mon
     assert "HarnessNotInstalled" in result.error and "'pi'" in result.error and "scripts/setup.sh node" in result.error
     assert "found nothing" in result.stats["evaluation"]["infrastructure_error"]
     assert result.stats["exit_code"] is None  # it never started
+
+
+def test_a_version_asked_for_is_what_set_up_installs_and_the_node_checks(tmp_path):
+    """`POLAR_HARNESS_VERSIONS` moves set-up's pins; `harness.version` moves the node's check to the same one."""
+
+    def specs(env: str, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, VERSIONS, *args], capture_output=True, text=True, env={"POLAR_HARNESS_VERSIONS": env}
+        )
+
+    npm = specs("codex=0.170.0, qwen_code=0.16.0", "npm").stdout.split()
+    assert "@openai/codex@0.170.0" in npm and "@qwen-code/qwen-code@0.16.0" in npm
+    assert f"{PINS['pi'].package}@{PINS['pi'].version}" in npm  # the others stay at their pins
+    assert specs("mini_swe_agent=2.5.0", "pip", "mini_swe_agent").stdout.split()[0] == "mini-swe-agent==2.5.0"
+    bad = specs("codx=1", "npm")
+    assert bad.returncode != 0 and "'codx=1'" in bad.stderr and "codex" in bad.stderr
+
+    npm_package(tmp_path, "@openai/codex", "0.170.0")
+    with pytest.raises(HarnessNotInstalled, match=r"needs @openai/codex 0\.169\.0, found 0\.170\.0"):
+        check_install(HARNESSES["codex"](), tmp_path)  # the pin, unless the task asks for another
+    assert check_install(HARNESSES.make("codex", {"version": "0.170.0"}), tmp_path) == "0.170.0"
+    with pytest.raises(HarnessNotInstalled) as err:
+        check_install(HARNESSES.make("codex", {"version": "0.171.0"}), tmp_path)
+    assert "run `POLAR_HARNESS_VERSIONS=codex=0.171.0 scripts/setup.sh node`" in str(err.value)
+
+
+def test_shell_has_no_version_to_set():
+    with pytest.raises(Exception, match="installs no CLI"):
+        HARNESSES.make("shell", {"command": "true", "version": "1.0"})

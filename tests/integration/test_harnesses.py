@@ -8,6 +8,7 @@ import pytest
 
 from nemo_polar.harnesses import HARNESSES
 from nemo_polar.harnesses.pi import Pi
+from tests.harness_calls import capture_requested, save_calls
 
 from .conftest import run_harness
 
@@ -31,6 +32,8 @@ def test_harness_calls_are_recorded_token_faithfully(name, real_proxy, tokenizer
     run = run_harness(real_proxy, harness, tmp_path, task="Say hello in one word.")
     assert run.returncode == 0, f"{name} exited {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
     assert run.records, f"{name} made no model call through the proxy"
+    if capture_requested(name) and harness.pin is not None:  # kept as replay cases (tests/proxy)
+        save_calls(name, harness.pin.version, run.records)
     for rec in run.records:
         assert rec.status == "ok", (rec.status, rec.error)
         assert rec.dialect == dialect and rec.stream is streams

@@ -9,6 +9,7 @@ import pytest
 from nemo_polar.harnesses import HARNESSES
 from nemo_polar.harnesses.install import check_install
 from nemo_polar.runtimes.toolchain import TOOLS
+from tests.harness_calls import capture_requested, save_calls
 
 from .conftest import run_harness
 
@@ -29,6 +30,8 @@ def test_openhands_runs_through_the_proxy_token_faithfully(real_proxy, tokenizer
     # 0: the agent finished; 2: it used up its steps (a random model rarely calls `finish`)
     assert run.returncode in (0, 2), f"openhands exited {run.returncode}:\n{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
     assert run.records, "openhands made no model call through the proxy"
+    if capture_requested("openhands"):  # kept as replay cases (tests/proxy)
+        save_calls("openhands", harness.pin.version, run.records)
     for rec in run.records:
         assert rec.status == "ok", (rec.status, rec.error)
         assert rec.dialect == "openai_chat" and rec.stream is False
