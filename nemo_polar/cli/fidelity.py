@@ -22,6 +22,10 @@ from ..proxy.app import Proxy
 from ..traces import build
 
 START, END = "<!-- fidelity -->", "<!-- /fidelity -->"
+# the tool loop: the fake upstream answers every call with a tool call (the task carries its marker), so nothing
+# but the harness's own step limit or the session's budget of calls ends the session
+TOOL_LOOP_TASK = "List the files here with a tool, then list them again. [fault:tool_call]"
+TOOL_LOOP_STEPS, TOOL_LOOP_CALLS = 4, 6
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,7 @@ def fidelity_row(name: str, options: dict[str, Any], ran: dict[str, Ran], proxy:
         sampled += sum(len(r.completion_token_ids) for r in records if r.trainable)
         if each == "tool_loop":
             row["tool_loop_calls"] = len(records)
-            row["stopped_by"] = (
-                "budget" if tally.refused else ("its step limit" if session.rc == 0 else f"exit {session.rc}")
-            )
+            row["stopped_by"] = ended_by(tally.refused, len(records), session.rc)
     return row | {
         "dialect": ", ".join(sorted(dialects)),
         "streamed": {frozenset({True}): "yes", frozenset({False}): "no"}.get(frozenset(streams), "both"),
@@ -72,6 +74,13 @@ def fidelity_row(name: str, options: dict[str, Any], ran: dict[str, Ran], proxy:
         "added_ms_mean": round(1000 * added / timed, 2) if timed else None,
         "added_ms_max": round(1000 * added_max, 2) if timed else None,
     }
+
+
+def ended_by(refused: int, calls: int, rc: int) -> str:
+    """What ended a tool loop: the session's budget (a call refused), the harness's step limit, or itself."""
+    if refused:
+        return "budget"
+    return f"{'its step limit' if calls >= TOOL_LOOP_STEPS else 'itself'} (exit {rc})"
 
 
 def markdown(rows: list[dict[str, Any]], runtime: str) -> str:

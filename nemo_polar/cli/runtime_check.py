@@ -39,7 +39,7 @@ from ..proxy.backends import BACKENDS
 from ..proxy.serve import ProxyThread, free_port
 from ..runtimes import RUNTIMES
 from ..runtimes.spec import RuntimeSpec
-from .fidelity import Ran, fidelity_row, markdown, write_table
+from .fidelity import TOOL_LOOP_CALLS, TOOL_LOOP_STEPS, TOOL_LOOP_TASK, Ran, fidelity_row, markdown, write_table
 
 ROOTFS = DEPS / "rootfs" / "bookworm"  # scripts/setup.sh rootfs: Debian minbase, no python, no node
 TASK = "Say hello in one word."
@@ -83,12 +83,6 @@ class Pass:
     task: str = TASK
     max_steps: int = 2
     route: dict[str, Any] = field(default_factory=dict)  # the session's own (upstream_url, max_calls, ...)
-
-
-# --fidelity's second pass: the fake upstream answers every call with a tool call (the task carries its marker),
-# so nothing but the harness's own step limit or the session's budget of calls ends the session
-TOOL_LOOP_TASK = "List the files here with a tool, then list them again. [fault:tool_call]"
-TOOL_LOOP_STEPS, TOOL_LOOP_CALLS = 4, 6
 
 
 def check(

@@ -30,11 +30,16 @@ class Call:
     target: UpstreamInfo | None = None  # where this call goes: its session's server, or the proxy's
     upstream_body: dict[str, Any] | None = None
     first_token_at: float | None = None
+    arrived: float = field(default_factory=time.monotonic)  # set to when the request reached the proxy
     asked: float | None = None  # when the inference server was asked (monotonic)
     upstream_s: float | None = None  # its own time: until its whole answer, or a stream's last chunk, was in
     stored: Bodies | None = None  # its bodies as the store keeps them, encoded while the upstream works
     budgeted: bool = False  # it holds a place in its session's budget until it is recorded (`budget.py`)
     held: int | None = None  # and the tokens it may sample
+
+    def proxy_s(self) -> float | None:
+        """The proxy's own time on the call so far: since the request arrived, the upstream's time left out."""
+        return None if self.upstream_s is None else max(time.monotonic() - self.arrived - self.upstream_s, 0.0)
 
     def prepare(self, store: SqliteStore) -> None:
         """Encode the bodies for the record now, while the upstream generates: a long history is

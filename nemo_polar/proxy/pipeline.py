@@ -89,7 +89,7 @@ class CallPipeline:
         streamed call goes on in `relay`; one answered whole is forwarded and assembled here while
         it holds its place at the gate, recorded and rendered once it has left (inline: a coroutine
         more would be one more frame for every wake-up of the call)."""
-        tally = None
+        arrived, tally = time.monotonic(), None
         try:
             key = api_key(request)
             session = self.sessions.by_key(key) if key else None
@@ -98,6 +98,7 @@ class CallPipeline:
             tally = self.sessions.tally(session.id)
             tally.arrived += 1
             call = await self.admit(session, request, dialect)
+            call.arrived = arrived
             await self.take_budget(call)
         except PolarError as err:
             if tally is not None:
@@ -126,7 +127,9 @@ class CallPipeline:
                 await self.recorder.record(call, completion, status="client_disconnected", error="client disconnected")
                 return Response(status_code=499)
             await self.recorder.record(call, completion)
-            return whole_answer(dialect, call.request, completion)
+            answer = whole_answer(dialect, call.request, completion)
+            self.sessions.tally(call.session.id).took(call)
+            return answer
         except BaseException:
             self.sessions.budgets.settle(call, 0)  # cancelled before it was recorded: the call counted
             raise

@@ -59,15 +59,12 @@ class Recorder:
         self.sessions.budgets.settle(call, len(c.completion_token_ids) if c else 0)
         finished = time.time()
         status = status or (err.kind if err else "ok")
-        added = None if call.upstream_s is None else max(finished - call.started_at - call.upstream_s, 0.0)
-        if added is not None:
-            self.sessions.tally(call.session.id).added(added)
         self.metrics.call(
             call.dialect.name,
             status,
             len(c.prompt_token_ids) if c else 0,
             len(c.completion_token_ids) if c else 0,
-            added,
+            None if call.upstream_s is None else finished - call.started_at - call.upstream_s,
             None if call.first_token_at is None else call.first_token_at - call.started_at,
         )
         # built from our own values: validation would only cost time on the response path

@@ -13,7 +13,7 @@ import secrets
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..chat import Completion, ToolCall, Usage
 from ..records import Session
@@ -22,6 +22,9 @@ from .budget import Budgets
 from .history import Histories
 from .prompt_ids import PromptIds
 from .splice import SpliceIndex
+
+if TYPE_CHECKING:
+    from .call import Call
 
 _SPLICES = "splices"  # in the session cache
 
@@ -34,7 +37,8 @@ def new_key() -> str:
 class Tally:
     """What an open session's calls came to at the proxy, counted as they happen: every call that reached it
     with the session's key, those refused before they were forwarded (nothing recorded: bad input, a spent
-    budget), and the proxy's own time over the calls it recorded (`polar runtime check --fidelity`)."""
+    budget), and the proxy's own time on each answered call, from its request's arrival to its answer's last
+    byte with the upstream's time left out (`polar runtime check --fidelity`)."""
 
     arrived: int = 0
     refused: int = 0
@@ -42,7 +46,11 @@ class Tally:
     added_s: float = 0.0
     added_max_s: float = 0.0
 
-    def added(self, seconds: float) -> None:
+    def took(self, call: Call) -> None:
+        """An answered call's time in the proxy (`Call.proxy_s`)."""
+        seconds = call.proxy_s()
+        if seconds is None:
+            return
         self.timed += 1
         self.added_s += seconds
         self.added_max_s = max(self.added_max_s, seconds)
