@@ -4,7 +4,8 @@ Each configuration runs two sessions in the runtime: one against the served mode
 `--upstream` names another), and a tool loop against the fake upstream, which answers every call with a tool
 call so that only the harness's own step limit or the session's budget of calls ends it. From the store and
 the proxy's counts (`proxy.sessions.Tally`): the dialect and whether it streamed, the side calls seen (the
-harness's own names, `Harness.side_calls`), chains per session (the prefix-merged traces), calls recorded
+harness's own names, `Harness.side_calls`), chains per session on the served model (the prefix-merged traces;
+the fake upstream's made-up ids merge nothing, so the tool loop's are not counted), calls recorded
 against calls made (a call refused before it was forwarded, as past a budget, is counted apart), tokens in
 the traces against tokens sampled, the proxy's own time per call, and what ended the tool loop.
 `--markdown FILE` writes the table between FILE's `<!-- fidelity -->` markers (docs/harnesses.md's).
@@ -45,7 +46,6 @@ def fidelity_row(name: str, options: dict[str, Any], ran: dict[str, Ran], proxy:
     dialects, streams, sides = set(), set(), Counter()
     made = recorded = refused = trained = sampled = timed = 0
     added = added_max = 0.0
-    chains: dict[str, int] = {}
     for each, session in ran.items():
         records = proxy.store.records(session.session_id)
         tally = proxy.sessions.tally(session.session_id)
@@ -55,7 +55,8 @@ def fidelity_row(name: str, options: dict[str, Any], ran: dict[str, Ran], proxy:
         streams |= {r.stream for r in records}
         sides.update(s for r in records if (s := cls.side_call(r.native_request)))
         built = build(records)
-        chains[each] = len(built.traces)
+        if each == "served":
+            row["chains"] = len(built.traces)
         trained += sum(t.trained_tokens for t in built.traces)
         sampled += sum(len(r.completion_token_ids) for r in records if r.trainable)
         if each == "tool_loop":
@@ -65,7 +66,6 @@ def fidelity_row(name: str, options: dict[str, Any], ran: dict[str, Ran], proxy:
         "dialect": ", ".join(sorted(dialects)),
         "streamed": {frozenset({True}): "yes", frozenset({False}): "no"}.get(frozenset(streams), "both"),
         "side_calls": dict(sides),
-        "chains": chains,
         "calls_made": made,
         "calls_recorded": recorded,
         "calls_refused": refused,
@@ -86,9 +86,8 @@ def ended_by(refused: int, calls: int, rc: int) -> str:
 def markdown(rows: list[dict[str, Any]], runtime: str) -> str:
     """The table of `rows`, as docs/harnesses.md shows it."""
     lines = [
-        "| configuration | version | dialect | streamed | side calls | chains (served, tool loop) "
-        "| calls recorded / made (refused) | tool loop ended by | tokens trained / sampled | proxy ms per call "
-        "(mean, max) |",
+        "| configuration | version | dialect | streamed | side calls | chains | calls recorded / made (refused) "
+        "| tool loop: calls, ended by | tokens trained / sampled | proxy ms per call (mean, max) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -96,13 +95,13 @@ def markdown(rows: list[dict[str, Any]], runtime: str) -> str:
             lines.append(f"| `{r['configuration']}` | {r['version']} | did not run in {runtime} |" + " |" * 7)
             continue
         sides = ", ".join(f"{k} ×{v}" for k, v in sorted(r["side_calls"].items())) or "none"
-        chains = ", ".join(str(r["chains"].get(p, "–")) for p in ("served", "tool_loop"))
         same = "=" if r["tokens_trained"] == r["tokens_sampled"] else "≠"
         latency = "–" if r["added_ms_mean"] is None else f"{r['added_ms_mean']:.1f}, {r['added_ms_max']:.1f}"
+        calls = f"{r['calls_recorded']} / {r['calls_made']} ({r['calls_refused']})"
+        loop = f"{r.get('tool_loop_calls', '–')}, {r.get('stopped_by', '–')}"
         lines.append(
-            f"| `{r['configuration']}` | {r['version']} | `{r['dialect']}` | {r['streamed']} | {sides} | {chains} "
-            f"| {r['calls_recorded']} / {r['calls_made']} ({r['calls_refused']}) | {r.get('stopped_by', '–')} "
-            f"| {r['tokens_trained']} {same} {r['tokens_sampled']} | {latency} |"
+            f"| `{r['configuration']}` | {r['version']} | `{r['dialect']}` | {r['streamed']} | {sides} "
+            f"| {r['chains']} | {calls} | {loop} | {r['tokens_trained']} {same} {r['tokens_sampled']} | {latency} |"
         )
     return "\n".join(lines)
 
