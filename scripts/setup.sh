@@ -5,7 +5,7 @@
 #
 #   scripts/setup.sh                 everything (what `make test` needs)
 #   scripts/setup.sh run             what `make run` needs: the CPU loop's parts only
-#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands gym nemo_rl nemo_rl_vllm nemo_rl_gym rootfs harbor slurm)
+#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands aider hermes gym nemo_rl nemo_rl_vllm nemo_rl_gym rootfs harbor slurm)
 # What the parts asked for need of this machine (root for apt, the interpreters, the package registries) is
 # checked before anything is installed.
 set -euo pipefail
@@ -153,6 +153,19 @@ tool_python() {
   toolchain bundle "$TOOLS" "$TOOLS/$name"
   toolchain manifest "$TOOLS"
 }
+
+# Aider and Hermes Agent: each in its own Python 3.11 (their dependencies pin other versions than mini-swe-agent's).
+# setup_pip_harness NAME: the pins of harness NAME (its adapter's Pin) in $TOOLS/NAME, stamped as NAME.
+setup_pip_harness() {
+  local name=$1 spec; spec="$("$PY311" "$PINS" pip "$1") $(sha256sum <"$TOOLCHAIN")"
+  if fresh "$name" "$spec" && [[ -x "$TOOLS/$name/bin/python3" ]]; then return; fi
+  log "$name and Python 3.11 ($TOOLS/$name)"
+  # shellcheck disable=SC2046
+  tool_python "$name" "$PY311" $("$PY311" "$PINS" pip "$name")
+  stamp "$name" "$spec"
+}
+setup_aider() { setup_pip_harness aider; }
+setup_hermes() { setup_pip_harness hermes; }
 
 # Python 3.11 for mini-swe-agent, and for our scripts inside sandboxes (the proxy forwarder).
 setup_mini() {
@@ -360,7 +373,7 @@ disk_check
 # The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
 # (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
 SERIAL=(project system docker slurm)
-PARALLEL=(model openhands vllm nemo_rl_vllm nemo_rl_gym gym nemo_rl node mini rootfs harbor)
+PARALLEL=(model openhands vllm nemo_rl_vllm nemo_rl_gym gym nemo_rl node mini aider hermes rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
 run_part() {

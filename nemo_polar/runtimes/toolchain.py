@@ -114,9 +114,13 @@ def bundle(tools: Path, under: Path | None = None) -> dict[str, int]:
         if any("musl" in n for n in names):  # a musl build beside the glibc one: never loaded here
             continue
         rpath = _patchelf("--print-rpath", str(path)) or ""
-        dirs = _rpath_dirs(path, rpath)
+        # auditwheel's grafted libraries (pillow.libs, numpy.libs) have no RUNPATH: they find each other beside them
+        # through the loading module's RPATH, which a RUNPATH of ours would stop them inheriting; so their folder is
+        # where they look, and stays so ($ORIGIN) once patched
+        dirs = [*_rpath_dirs(path, rpath), path.parent]
+        beside = any((path.parent / n).exists() for n in names if not GLIBC.match(n))
         wanted = [n for n in names if not GLIBC.match(n) and not any((d / n).exists() for d in dirs)]
-        if not wanted:
+        if not wanted and not (beside and "$ORIGIN" not in rpath.split(":")):
             continue
         for name in wanted:
             if not (lib / name).exists():
@@ -131,7 +135,10 @@ def bundle(tools: Path, under: Path | None = None) -> dict[str, int]:
         entry = "$ORIGIN" if path.parent == lib else "$ORIGIN/" + os.path.relpath(lib, path.parent)
         if entry not in rpath.split(":"):
             path.chmod(path.stat().st_mode | 0o200)
-            new = ":".join([e for e in rpath.split(":") if e and "/.pyenv/" not in e] + [entry])
+            kept = [e for e in rpath.split(":") if e and "/.pyenv/" not in e]
+            new = ":".join(
+                kept + (["$ORIGIN"] if beside and "$ORIGIN" not in kept and entry != "$ORIGIN" else []) + [entry]
+            )
             if _patchelf("--set-rpath", new, str(path)) is None:
                 raise RuntimeError(f"patchelf could not set the RUNPATH of {path}")
             patched += 1

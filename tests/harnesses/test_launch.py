@@ -199,6 +199,41 @@ def test_openhands_runner_reads_its_arguments_without_the_sdk():
     assert (args.base_url, args.model, args.max_steps, args.task, args.persist) == (f"{URL}/v1", MODEL, 3, TASK, None)
 
 
+def test_aider(tmp_path):
+    out = launch(HARNESSES["aider"](), tmp_path)
+    argv, env = out.argv, out.env
+    assert argv[:4] == [str(TOOLS / "aider/bin/python3"), "-I", "-m", "aider"] and after(argv, "--message") == TASK
+    model = f"openai/{MODEL}"  # main, weak (summaries, commit messages) and editor: all the served one
+    assert after(argv, "--model") == after(argv, "--weak-model") == after(argv, "--editor-model") == model
+    assert after(argv, "--openai-api-base") == f"{URL}/v1" and env["OPENAI_API_KEY"] == KEY and KEY not in argv
+    off = {"--no-auto-commits", "--no-gitignore", "--analytics-disable", "--no-check-update", "--no-detect-urls"}
+    assert "--yes-always" in argv and off <= set(argv)
+    assert after(argv, "--chat-history-file").startswith("/polar/home/.aider/")  # never in the working copy
+    meta = json.loads((tmp_path / "home/.aider/model.metadata.json").read_text())[model]
+    assert meta["max_input_tokens"] == 32768 and env["LITELLM_LOCAL_MODEL_COST_MAP"] == "True"
+    # a fresh, non-empty model-info cache: aider fetches litellm's price list from GitHub otherwise
+    assert json.loads((tmp_path / "home/.aider/caches/model_prices_and_context_window.json").read_text())
+    assert HARNESSES["aider"].stops_at_max_steps is False  # one message, its own reflections: the proxy holds it
+
+
+def test_hermes(tmp_path):
+    out = launch(HARNESSES["hermes"](), tmp_path)
+    argv = out.argv
+    assert argv[:6] == [str(TOOLS / "hermes/bin/python3"), "-I", "-m", "hermes_cli.main", "chat", "-Q"]
+    assert after(argv, "-q") == TASK and "--yolo" in argv and after(argv, "-t") == "terminal,file"
+    assert after(argv, "--max-turns") == "6"  # and its summary call at the limit: 7 calls in all
+    assert KEY not in argv
+    config = json.loads((tmp_path / "home/.hermes/config.yaml").read_text())  # JSON is YAML
+    assert {k: config["model"][k] for k in ("provider", "default", "base_url", "api_key")} == {
+        "provider": "custom", "default": MODEL, "base_url": f"{URL}/v1", "api_key": KEY
+    }
+    assert config["model"]["context_length"] >= 65536  # it refuses a model it takes for less
+    assert all(aux["model"] == MODEL and aux["base_url"] == f"{URL}/v1" for aux in config["auxiliary"].values())
+    assert config["auxiliary"]["title_generation"]["enabled"] is False and config["compression"]["enabled"] is False
+    assert config["memory"]["memory_enabled"] is False and config["security"]["tirith_enabled"] is False
+    assert json.loads((tmp_path / "home/.hermes/.update_check").read_text())["ver"] == HARNESSES["hermes"].pin.version
+
+
 def test_shell_exports_every_sdks_variables(tmp_path):
     out = launch(Shell(command="python agent.py"), tmp_path)
     assert out.argv == ["sh", "-c", "python agent.py"]

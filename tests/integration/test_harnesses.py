@@ -22,6 +22,7 @@ CASES = {
     "gemini_cli": (HARNESSES["gemini_cli"](), "gemini", True),
     "opencode": (HARNESSES["opencode"](), "openai_chat", True),
     "mini_swe_agent": (HARNESSES["mini_swe_agent"](), "openai_chat", False),
+    "aider": (HARNESSES["aider"](), "openai_chat", True),
     **{f"pi-{d}": (Pi(dialect=d), d, True) for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
 }
 
