@@ -21,6 +21,8 @@ CASES = {
     "qwen_code": (HARNESSES["qwen_code"](), "openai_chat", True),
     "gemini_cli": (HARNESSES["gemini_cli"](), "gemini", True),
     "opencode": (HARNESSES["opencode"](), "openai_chat", True),
+    "cline": (HARNESSES["cline"](), "openai_chat", True),
+    "kilocode": (HARNESSES["kilocode"](), "openai_chat", True),
     "mini_swe_agent": (HARNESSES["mini_swe_agent"](), "openai_chat", False),
     "aider": (HARNESSES["aider"](), "openai_chat", True),
     **{f"pi-{d}": (Pi(dialect=d), d, True) for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
