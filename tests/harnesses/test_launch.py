@@ -234,6 +234,38 @@ def test_hermes(tmp_path):
     assert json.loads((tmp_path / "home/.hermes/.update_check").read_text())["ver"] == HARNESSES["hermes"].pin.version
 
 
+def test_cline(tmp_path):
+    task = "--help  -m x"
+    out = HARNESSES["cline"]().launch(task, Endpoint(URL, KEY, MODEL), Inside(Path("/h"), Path("/testbed"), TOOLS), 7)
+    argv = out.argv
+    assert argv[0] == str(TOOLS / "node/lib/node_modules/cline/node_modules/@cline/cli-linux-x64/bin/cline")
+    assert argv[-2:] == ["--", task] and after(argv, "-c") == "/testbed" and after(argv, "-m") == MODEL
+    assert "--json" in argv and after(argv, "--compaction") == "off" and KEY not in argv
+    assert out.env["CLINE_SESSION_BACKEND_MODE"] == "local"  # no hub daemon outliving the run
+    out.write_files(tmp_path)
+    settings = tmp_path / ".cline/data/settings"
+    provider = json.loads((settings / "providers.json").read_text())["providers"]["openai-compatible"]
+    wanted = {"provider": "openai-compatible", "apiKey": KEY, "model": MODEL, "baseUrl": f"{URL}/v1"}
+    assert provider["settings"] == wanted
+    assert provider["updatedAt"]  # an entry without it is ignored
+    settings = json.loads((settings / "global-settings.json").read_text())
+    assert settings == {"telemetryOptOut": True, "autoUpdateEnabled": False}
+
+
+def test_kilocode(tmp_path):
+    out = launch(HARNESSES.make("kilocode", {"max_tokens": 512, "body": {"top_p": 0.9}}), tmp_path)
+    argv, env = out.argv, out.env
+    binary = TOOLS / "node/lib/node_modules/@kilocode/cli/node_modules/@kilocode/cli-linux-x64/bin/kilo"
+    assert argv[5:9] == ["/polar/home/.polar/instruction.md", str(binary), "run", "--auto"] and TASK not in argv
+    assert (tmp_path / "home/.polar/instruction.md").read_text() == TASK  # on stdin
+    config = json.loads(env["KILO_CONFIG_CONTENT"])
+    assert config["provider"]["polar"]["options"] == {"baseURL": f"{URL}/v1", "apiKey": KEY}
+    assert config["provider"]["polar"]["models"][MODEL]["limit"] == {"context": 32768, "output": 512}
+    assert config["model"] == config["small_model"] == f"polar/{MODEL}" and config["enabled_providers"] == ["polar"]
+    assert config["compaction"] == {"auto": False, "prune": False} and env["KILO_TELEMETRY_LEVEL"] == "off"
+    assert env["KILO_NO_DAEMON"] == env["KILO_DISABLE_SESSION_INGEST"] == env["KILO_DISABLE_AUTOCOMPACT"] == "1"
+
+
 def test_shell_exports_every_sdks_variables(tmp_path):
     out = launch(Shell(command="python agent.py"), tmp_path)
     assert out.argv == ["sh", "-c", "python agent.py"]
