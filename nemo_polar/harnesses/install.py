@@ -29,7 +29,7 @@ def _normal(name: str) -> str:
 
 def where(pin: Pin, tools: Path) -> Path:
     if pin.kind == "npm":
-        return tools / "node" / "lib" / "node_modules" / pin.package / "package.json"
+        return tools / (pin.folder or "node") / "lib" / "node_modules" / pin.package / "package.json"
     return tools / pin.folder
 
 

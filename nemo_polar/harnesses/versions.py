@@ -25,7 +25,9 @@ from pathlib import Path
 class Pin:
     package: str  # the npm package or the Python distribution whose version is checked
     version: str
-    kind: str  # "npm": in the toolchain's node/; "pip": in the site-packages of the toolchain's <folder>/ Python
+    # "npm": in the toolchain's node/ (or its <folder>/, a Node.js of its own); "pip": in the site-packages of the
+    # toolchain's <folder>/ Python
+    kind: str
     folder: str = ""
     setup: str = ""  # the scripts/setup.sh part that installs it (default: node for npm, else the folder)
     extra: tuple[str, ...] = ()  # installed beside it, pinned too (pip requirement strings)
@@ -33,7 +35,7 @@ class Pin:
     @property
     def part(self) -> str:
         """The scripts/setup.sh part that installs it."""
-        return self.setup or ("node" if self.kind == "npm" else self.folder)
+        return self.setup or ("node" if self.kind == "npm" and not self.folder else self.folder)
 
     @property
     def spec(self) -> str:
@@ -89,7 +91,7 @@ def specs(kind: str, harness: str | None = None) -> list[str]:
     if harness is not None:
         pin = pins[harness]
         return [pin.spec, *pin.extra]
-    return [p.spec for p in pins.values() if p.kind == kind]
+    return [p.spec for p in pins.values() if p.kind == kind and not p.folder]  # a folder of its own: its own part
 
 
 if __name__ == "__main__":

@@ -33,8 +33,8 @@ def fresh_cache():
     install._checked.clear()
 
 
-def npm_package(deps: Path, package: str, version: str) -> None:
-    folder = deps / "node/lib/node_modules" / package
+def npm_package(deps: Path, package: str, version: str, node: str = "node") -> None:
+    folder = deps / node / "lib/node_modules" / package
     folder.mkdir(parents=True)
     (folder / "package.json").write_text(json.dumps({"name": package, "version": version}))
 
@@ -59,7 +59,8 @@ def test_setup_reads_the_same_pins():
         return subprocess.run([sys.executable, VERSIONS, *args], capture_output=True, text=True, check=True).stdout
 
     npm = specs("npm").split()
-    assert npm == [f"{p.package}@{p.version}" for p in PINS.values() if p.kind == "npm"]
+    assert npm == [f"{p.package}@{p.version}" for p in PINS.values() if p.kind == "npm" and not p.folder]
+    assert specs("npm", "openclaw").split()[0] == f"openclaw@{PINS['openclaw'].version}"  # its own part, own Node
     assert "@openai/codex@0.169.0" in npm
     assert specs("pip", "mini_swe_agent").split() == ["mini-swe-agent==2.4.6", "litellm==1.106.2", "mcp==2.3.0"]
     assert specs("pip", "openhands").split()[0] == f"openhands-sdk=={PINS['openhands'].version}"
@@ -68,7 +69,7 @@ def test_setup_reads_the_same_pins():
 def test_the_right_versions_pass(tmp_path):
     for pin in PINS.values():
         if pin.kind == "npm":
-            npm_package(tmp_path, pin.package, pin.version)
+            npm_package(tmp_path, pin.package, pin.version, pin.folder or "node")
         else:
             venv_package(tmp_path, pin.folder, pin.package, pin.version)
     for name, cls in HARNESSES.items():

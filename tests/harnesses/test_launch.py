@@ -266,6 +266,27 @@ def test_kilocode(tmp_path):
     assert env["KILO_NO_DAEMON"] == env["KILO_DISABLE_SESSION_INGEST"] == env["KILO_DISABLE_AUTOCOMPACT"] == "1"
 
 
+def test_openclaw(tmp_path):
+    out = launch(HARNESSES.make("openclaw", {"max_tokens": 512}), tmp_path)
+    argv, env = out.argv, out.env
+    assert argv[:4] == [str(TOOLS / "openclaw/bin/node"), str(TOOLS / "openclaw/bin/openclaw"), "agent", "exec"]
+    assert after(argv, "--message-file") == "/polar/home/.polar/instruction.md"
+    assert TASK not in argv and KEY not in argv
+    assert (tmp_path / "home/.polar/instruction.md").read_text() == TASK
+    assert after(argv, "--cwd") == "/testbed" and after(argv, "--model") == f"polar/{MODEL}"
+    assert after(argv, "--state-dir") == "/polar/home/.openclaw/exec-state"
+    assert (tmp_path / "home/.openclaw/exec-state").is_dir()  # it must exist before the run
+    config = json.loads((tmp_path / "home/.openclaw/openclaw.json").read_text())
+    assert after(argv, "--config") == "/polar/home/.openclaw/openclaw.json"
+    assert config["models"]["mode"] == "replace" and list(config["models"]["providers"]) == ["polar"]
+    provider = config["models"]["providers"]["polar"]
+    assert (provider["baseUrl"], provider["apiKey"], provider["api"]) == (f"{URL}/v1", KEY, "openai-completions")
+    assert [(m["id"], m["maxTokens"]) for m in provider["models"]] == [(MODEL, 512)]
+    assert config["agents"]["defaults"]["model"] == {"primary": f"polar/{MODEL}"}
+    assert config["update"]["checkOnStart"] is False and config["telemetry"]["enabled"] is False
+    assert env["OPENCLAW_NO_AUTO_UPDATE"] == "1" and HARNESSES["openclaw"].stops_at_max_steps is False
+
+
 def test_shell_exports_every_sdks_variables(tmp_path):
     out = launch(Shell(command="python agent.py"), tmp_path)
     assert out.argv == ["sh", "-c", "python agent.py"]

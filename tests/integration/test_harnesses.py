@@ -23,6 +23,7 @@ CASES = {
     "opencode": (HARNESSES["opencode"](), "openai_chat", True),
     "cline": (HARNESSES["cline"](), "openai_chat", True),
     "kilocode": (HARNESSES["kilocode"](), "openai_chat", True),
+    "openclaw": (HARNESSES["openclaw"](), "openai_chat", True),
     "mini_swe_agent": (HARNESSES["mini_swe_agent"](), "openai_chat", False),
     "aider": (HARNESSES["aider"](), "openai_chat", True),
     **{f"pi-{d}": (Pi(dialect=d), d, True) for d in ("openai_chat", "openai_responses", "anthropic", "gemini")},
