@@ -391,10 +391,13 @@ def unknown_options(text: str) -> list[str]:
         if name is None:
             found.append(line)
             continue
-        for word in (w.strip("[]") for w in words[len(name.split()) :]):  # `[--session ID]`: optional, still one
+        given = [w.strip("[]") for w in words[len(name.split()) :]]  # `[--session ID]`: optional, still one
+        for before, word in zip(["", *given], given, strict=False):
             option = word.split("=")[0]
             if word.startswith("--") and option not in polar_commands()[name]:
                 found.append(f"{name} {option}")
+            elif before.startswith("--") and "=" not in before:
+                continue  # an option's value (`--version codex=0.170.0`), not a setting
             elif (setting := SETTING.fullmatch(word.strip("'\""))) and unknown_setting(setting.group(1)):
                 found.append(f"{name} {word}")
     return found

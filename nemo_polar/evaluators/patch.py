@@ -32,6 +32,7 @@ JUNK = (
     ".qwen/",
     ".gemini/",
     ".pi/",
+    ".aider.tags.cache.v4/",  # aider's repository-map cache: it writes it into the working copy, nowhere else
     "__pycache__/",
     "*.pyc",
     ".venv/",
