@@ -14,116 +14,51 @@ with invalid tool arguments.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from pydantic import Field
-
-from ..runtimes.toolchain import PYTHON
-from .base import Endpoint, Harness, HarnessSettings, Inside, Launch
-from .opencode import INSTRUCTION, STDIN_FROM
+from .base import Endpoint, Inside
+from .opencode import INSTRUCTION, Opencode, RunSettings, config
 from .versions import Pin
 
-PROVIDER = "polar"
 BINARY = "node/lib/node_modules/@kilocode/cli/node_modules/@kilocode/cli-linux-x64/bin/kilo"
 
 
-class KilocodeSettings(HarnessSettings):
-    max_tokens: int = Field(
-        4096, gt=0, description="the `max_tokens` it sends on every call (its own default fills a small context)"
-    )
-    context: int = Field(32768, gt=0, description="the context window it assumes for the served model")
-    body: dict[str, Any] = Field(
-        default_factory=dict, description="more fields of every request it sends (its model `options`), e.g. top_p"
-    )
-    compaction: bool = Field(
-        False, description="its auto-compaction and pruning of old tool output (the session goes on in a new chain)"
-    )
-
-
-def config(endpoint: Endpoint, settings: KilocodeSettings) -> dict:
-    model = endpoint.model
-    provider = {
-        "npm": "@ai-sdk/openai-compatible",  # bundled in its binary: nothing installed at run time
-        "name": PROVIDER,
-        "options": {"baseURL": f"{endpoint.base_url}/v1", "apiKey": endpoint.api_key},
-        "models": {
-            model: {
-                "name": model,
-                "limit": {"context": settings.context, "output": settings.max_tokens},
-                "options": settings.body,
-            }
-        },
-    }
-    return {
-        "provider": {PROVIDER: provider},
-        "enabled_providers": [PROVIDER],
-        "model": f"{PROVIDER}/{model}",
-        "small_model": f"{PROVIDER}/{model}",
-        "autoupdate": False,
-        "share": "disabled",
-        "snapshot": False,
-        "lsp": False,
-        "formatter": False,
-        "compaction": {"auto": settings.compaction, "prune": settings.compaction},
-        "experimental": {"openTelemetry": False},
-    }
-
-
-class Kilocode(Harness):
+class Kilocode(Opencode):
     name = "kilocode"
     # 7.8.1 is on npm without its linux-x64 binary package; 7.7.7 is the newest with both
     pin = Pin("@kilocode/cli", "7.7.7", "npm")
-    dialects = ("openai_chat",)
-    stops_at_max_steps = False  # max_steps is enforced by the proxy, as a budget of model calls
-    Settings = KilocodeSettings
-    settings: KilocodeSettings
+    side_calls = {}  # `kilo run` titles a session with its prompt: no call
+    Settings = RunSettings
     # its logs, and its sessions (messages, tool parts) in one SQLite database
     log_files = (
         ".local/share/kilo/log/*.log",
         ".local/share/kilo/kilo.db",
         ".local/share/kilo/kilo.db-wal",
     )
+    binary = BINARY
+    switch = "KILO"
+    # opencode's, and Kilo's own: session upload and presence, external skills, Claude Code's prompts and skills
+    off = (
+        "AUTOUPDATE",
+        "MODELS_FETCH",
+        "SHARE",
+        "LSP_DOWNLOAD",
+        "DEFAULT_PLUGINS",
+        "SESSION_INGEST",
+        "PRESENCE",
+        "EXTERNAL_SKILLS",
+        "CLAUDE_CODE",
+    )
 
-    def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
-        home = inside.home
-        binary = inside.tools / BINARY
-        argv = [
-            str(inside.tools / PYTHON),
-            "-I",
-            "-S",
-            "-c",
-            STDIN_FROM,  # the instruction on stdin, as for opencode: as arguments it is split into words
-            str(home / INSTRUCTION),
-            str(binary),
-            "run",
-            "--auto",
-            "--format",
-            "json",
-            "--dir",
-            str(inside.work),
-            "-m",
-            f"{PROVIDER}/{endpoint.model}",
-        ]
-        env = self.base_env(inside) | {
-            "XDG_CONFIG_HOME": str(home / ".config"),
-            "XDG_DATA_HOME": str(home / ".local/share"),
-            "XDG_CACHE_HOME": str(home / ".cache"),
-            "XDG_STATE_HOME": str(home / ".local/state"),
-            "KILO_CONFIG_CONTENT": json.dumps(config(endpoint, self.settings)),
-            "KILO_TREE_SITTER_WASM_DIR": str(binary.parent / "tree-sitter"),  # what its npm wrapper would set
+    def config(self, endpoint: Endpoint) -> dict:
+        return config(endpoint, self.settings) | {"experimental": {"openTelemetry": False}}
+
+    def switches(self, inside: Inside) -> dict[str, str]:
+        history = () if self.settings.compaction else ("AUTOCOMPACT", "PRUNE")
+        wasm = (inside.tools / BINARY).parent / "tree-sitter"  # what its npm wrapper would set
+        return {f"KILO_DISABLE_{name}": "1" for name in (*self.off, *history)} | {
+            "KILO_TREE_SITTER_WASM_DIR": str(wasm),
             "KILO_TELEMETRY_LEVEL": "off",
             "KILO_NO_DAEMON": "1",
-            "KILO_DISABLE_AUTOUPDATE": "1",
-            "KILO_DISABLE_MODELS_FETCH": "1",
-            "KILO_DISABLE_SHARE": "1",
-            "KILO_DISABLE_SESSION_INGEST": "1",
-            "KILO_DISABLE_PRESENCE": "1",
-            "KILO_DISABLE_LSP_DOWNLOAD": "1",
-            "KILO_DISABLE_DEFAULT_PLUGINS": "1",
-            "KILO_DISABLE_EXTERNAL_SKILLS": "1",
-            "KILO_DISABLE_CLAUDE_CODE": "1",
         }
-        if not self.settings.compaction:
-            env |= {"KILO_DISABLE_AUTOCOMPACT": "1", "KILO_DISABLE_PRUNE": "1"}
-        return Launch(argv, env, {INSTRUCTION: task})
+
+    def files(self, task: str) -> dict[str, str]:
+        return {INSTRUCTION: task}  # no plugin install to head off

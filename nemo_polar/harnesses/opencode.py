@@ -29,7 +29,9 @@ STDIN_FROM = "import os, sys; os.dup2(os.open(sys.argv[1], os.O_RDONLY), 0); os.
 PLUGIN_LOCK = {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
 
 
-class OpencodeSettings(HarnessSettings):
+class RunSettings(HarnessSettings):
+    """What `run` takes, in opencode and its forks."""
+
     max_tokens: int = Field(
         4096,
         gt=0,
@@ -39,13 +41,17 @@ class OpencodeSettings(HarnessSettings):
     body: dict[str, Any] = Field(
         default_factory=dict, description="more fields of every request it sends (its model `options`), e.g. top_p"
     )
-    title: bool = Field(False, description="its session-title call (a side call, first of the session)")
     compaction: bool = Field(
         False, description="its auto-compaction and pruning of old tool output (the session goes on in a new chain)"
     )
 
 
-def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
+class OpencodeSettings(RunSettings):
+    title: bool = Field(False, description="its session-title call (a side call, first of the session)")
+
+
+def config(endpoint: Endpoint, settings: RunSettings) -> dict:
+    """A provider `polar` at the proxy, every model it may pick the served one, nothing fetched or shared."""
     model = endpoint.model
     limit = {"context": settings.context, "output": settings.max_tokens}
     provider = {
@@ -55,7 +61,6 @@ def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
         "models": {model: {"name": model, "limit": limit, "options": settings.body}},
     }
     return {
-        "$schema": "https://opencode.ai/config.json",
         "provider": {PROVIDER: provider},
         "enabled_providers": [PROVIDER],
         "model": f"{PROVIDER}/{model}",
@@ -66,7 +71,6 @@ def config(endpoint: Endpoint, settings: OpencodeSettings) -> dict:
         "lsp": False,
         "formatter": False,
         "compaction": {"auto": settings.compaction, "prune": settings.compaction},
-        "agent": {"title": {"disable": not settings.title}},
     }
 
 
@@ -77,13 +81,35 @@ class Opencode(Harness):
     pin = Pin("opencode-ai", "1.18.33", "npm")
     dialects = ("openai_chat",)
     Settings = OpencodeSettings
-    settings: OpencodeSettings
+    settings: RunSettings
     # its log, and its sessions (messages, tool parts) in one SQLite database
     log_files = (
         ".local/share/opencode/log/*.log",
         ".local/share/opencode/opencode.db",
         ".local/share/opencode/opencode.db-wal",
     )
+    binary = "node/bin/opencode"  # under the toolchain: a native binary, no node
+    switch = "OPENCODE"  # its environment switches' prefix (a fork renames them)
+    # what its switches turn off: the update check, models.dev, share, LSP downloads, default plugins, and the
+    # rewriting of history (auto-compaction, pruning) unless its config turns that on
+    off = ("AUTOUPDATE", "AUTOCOMPACT", "PRUNE", "MODELS_FETCH", "SHARE", "LSP_DOWNLOAD", "DEFAULT_PLUGINS")
+
+    def config(self, endpoint: Endpoint) -> dict:
+        assert isinstance(self.settings, OpencodeSettings)
+        title = {"agent": {"title": {"disable": not self.settings.title}}}
+        return {"$schema": "https://opencode.ai/config.json"} | config(endpoint, self.settings) | title
+
+    def switches(self, inside: Inside) -> dict[str, str]:
+        return {f"{self.switch}_DISABLE_{name}": "1" for name in self.off}
+
+    def files(self, task: str) -> dict[str, str]:
+        # it npm-installs @opencode-ai/plugin (for plugins of one's own; none here) into its config folder
+        # unless a lock file there lists it: the sandbox reaches no registry, so the lock says it is there
+        return {
+            INSTRUCTION: task,
+            ".config/opencode/package-lock.json": dump(PLUGIN_LOCK),
+            ".config/opencode/node_modules/.keep": "",
+        }
 
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         home = inside.home
@@ -94,7 +120,7 @@ class Opencode(Harness):
             "-c",
             STDIN_FROM,
             str(home / INSTRUCTION),
-            str(inside.tools / "node/bin/opencode"),  # a native binary: no node
+            str(inside.tools / self.binary),
             "run",
             "--auto",
             "--format",
@@ -109,20 +135,6 @@ class Opencode(Harness):
             "XDG_DATA_HOME": str(home / ".local/share"),
             "XDG_CACHE_HOME": str(home / ".cache"),
             "XDG_STATE_HOME": str(home / ".local/state"),
-            "OPENCODE_CONFIG_CONTENT": json.dumps(config(endpoint, self.settings)),
-            "OPENCODE_DISABLE_AUTOUPDATE": "1",
-            "OPENCODE_DISABLE_AUTOCOMPACT": "1",
-            "OPENCODE_DISABLE_PRUNE": "1",
-            "OPENCODE_DISABLE_MODELS_FETCH": "1",
-            "OPENCODE_DISABLE_SHARE": "1",
-            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            f"{self.switch}_CONFIG_CONTENT": json.dumps(self.config(endpoint)),
         }
-        # it npm-installs @opencode-ai/plugin (for plugins of one's own; none here) into its config folder
-        # unless a lock file there lists it: the sandbox reaches no registry, so the lock says it is there
-        files = {
-            INSTRUCTION: task,
-            ".config/opencode/package-lock.json": dump(PLUGIN_LOCK),
-            ".config/opencode/node_modules/.keep": "",
-        }
-        return Launch(argv, env, files)
+        return Launch(argv, env | self.switches(inside), self.files(task))
