@@ -9,18 +9,17 @@ model's summary comes only with a long history), nothing is committed, and its h
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 
 import pytest
 
 from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
-from nemo_polar.harnesses import HARNESSES, Endpoint
-from nemo_polar.harnesses.install import check_install
-from nemo_polar.runtimes.local import LocalRuntime
+from nemo_polar.harnesses import HARNESSES
 from nemo_polar.runtimes.toolchain import TOOLS
 from tests.conftest import make_proxy
 from tests.harness_calls import capture_requested, save_calls
+
+from .conftest import run_harness
 
 pytestmark = [
     pytest.mark.harness,
@@ -36,34 +35,25 @@ GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
 
 def test_one_message_is_one_streamed_call_and_nothing_is_committed(tmp_path):
     harness = HARNESSES.make("aider", {"context": 16384, "max_tokens": 512})
-    check_install(harness)
+
+    def repository(work):
+        (work / "hello.py").write_text('print("hi")\n')
+        for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "start"]):
+            subprocess.run([*GIT, *args], cwd=work, check=True)
+
+    def git_state(work):
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=work, capture_output=True, text=True)
+        commits = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=work, capture_output=True, text=True)
+        return status.stdout, commits.stdout.strip()
+
     with FakeUpstreamThread() as up, make_proxy(up.url, tmp_path) as proxy:
-        session = proxy.proxy.sessions.open(max_calls=5)
-
-        async def run():
-            runtime = LocalRuntime(tmp_path, sandbox=True, session_id="aider", proxy_url=proxy.url)
-            await runtime.start()
-            try:
-                work = runtime.work
-                (work / "hello.py").write_text('print("hi")\n')
-                for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "start"]):
-                    subprocess.run([*GIT, *args], cwd=work, check=True)
-                endpoint = Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL)
-                launch = harness.launch(TASK, endpoint, runtime.inside(), 5)
-                launch.write_files(runtime.home)
-                rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=90)
-                home = sorted(str(p.relative_to(runtime.home)) for p in runtime.home.rglob("*"))
-                status = subprocess.run(["git", "status", "--porcelain"], cwd=work, capture_output=True, text=True)
-                commits = subprocess.run(
-                    ["git", "rev-list", "--count", "HEAD"], cwd=work, capture_output=True, text=True
-                )
-                return rc, out, err, home, status.stdout, commits.stdout.strip()
-            finally:
-                await runtime.stop()
-
-        rc, out, err, home, status, commits = asyncio.run(run())
-        proxy.proxy.store.flush()
-        records = proxy.proxy.store.records(session.id)
+        run = run_harness(
+            proxy, harness, tmp_path, TASK, 5, 90, sandbox=True, model=SERVED_MODEL, prepare=repository,
+            after=git_state, max_calls=5,
+        )  # fmt: skip
+    rc, out, err, home, records, (status, commits) = (
+        run.returncode, run.stdout, run.stderr, run.home, run.records, run.read
+    )  # fmt: skip
     assert rc == 0, (out[-2000:], err[-2000:])
     assert [r.status for r in records] == ["ok"], [r.error for r in records]
     (record,) = records

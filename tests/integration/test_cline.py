@@ -9,16 +9,14 @@ no hub daemon started (the session runs in its own process).
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
-from nemo_polar.harnesses import HARNESSES, Endpoint
-from nemo_polar.harnesses.install import check_install
-from nemo_polar.runtimes.local import LocalRuntime
+from nemo_polar.harnesses import HARNESSES
 from tests.conftest import make_proxy
 from tests.harness_calls import capture_requested, save_calls
+
+from .conftest import run_harness
 
 pytestmark = pytest.mark.harness
 
@@ -26,27 +24,10 @@ pytestmark = pytest.mark.harness
 TASK = '--help  "all" 42 of the files here -- list them [fault:tool_call]'
 
 
-def run_cline(proxy, tmp_path, **options):
+def run_cline(proxy, tmp_path, **route):
     harness = HARNESSES.make("cline", {})
-    check_install(harness)
-    session = proxy.proxy.sessions.open(**options)
-
-    async def run() -> tuple[int, str, str, list[str]]:
-        runtime = LocalRuntime(tmp_path, sandbox=True, session_id="cline", proxy_url=proxy.url)
-        await runtime.start()
-        try:
-            endpoint = Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL)
-            launch = harness.launch(TASK, endpoint, runtime.inside(), 5)
-            launch.write_files(runtime.home)
-            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=60)
-            home = sorted(str(p.relative_to(runtime.home)) for p in runtime.home.rglob("*"))
-            return rc, out, err, home
-        finally:
-            await runtime.stop()
-
-    rc, out, err, home = asyncio.run(run())
-    proxy.proxy.store.flush()
-    return rc, out, err, home, proxy.proxy.store.records(session.id)
+    run = run_harness(proxy, harness, tmp_path, TASK, 5, 60, sandbox=True, model=SERVED_MODEL, **route)
+    return run.returncode, run.stdout, run.stderr, run.home, run.records
 
 
 def test_tool_turns_keep_one_growing_history_of_the_agents_own_calls(tmp_path):

@@ -10,18 +10,18 @@ or installed (no tirith download, no npx browser, no update check).
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
 from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
-from nemo_polar.harnesses import HARNESSES, Endpoint
+from nemo_polar.harnesses import HARNESSES
 from nemo_polar.harnesses.install import check_install
-from nemo_polar.runtimes.local import LocalRuntime
 from nemo_polar.runtimes.toolchain import TOOLS
 from tests.conftest import make_proxy
 from tests.harness_calls import capture_requested, save_calls
+
+from .conftest import run_harness
 
 pytestmark = [
     pytest.mark.harness,
@@ -30,6 +30,11 @@ pytestmark = [
         reason=f"Hermes Agent is not installed at {TOOLS / 'hermes'}: run scripts/setup.sh hermes",
     ),
 ]
+
+
+def notes(work):  # a file for its tools to find
+    (work / "notes.txt").write_text("hello\n")
+
 
 TASK = 'List the files  here: "all" 42 of them -- --help [fault:tool_call]'
 TOOLS_GIVEN = {"terminal", "process", "read_file", "write_file", "patch", "search_files"}  # the terminal and file sets
@@ -49,27 +54,9 @@ def normal(messages: list[dict]) -> list[dict]:
 
 def test_its_steps_end_in_its_summary_call_within_max_steps(tmp_path):
     harness = HARNESSES.make("hermes", {"max_tokens": 321})
-    check_install(harness)
     with FakeUpstreamThread() as up, make_proxy(up.url, tmp_path) as proxy:
-        session = proxy.proxy.sessions.open()
-
-        async def run():
-            runtime = LocalRuntime(tmp_path, sandbox=True, session_id="hermes", proxy_url=proxy.url)
-            await runtime.start()
-            try:
-                (runtime.work / "notes.txt").write_text("hello\n")
-                endpoint = Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL)
-                launch = harness.launch(TASK, endpoint, runtime.inside(), 3)
-                launch.write_files(runtime.home)
-                rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=90)
-                home = sorted(str(p.relative_to(runtime.home)) for p in runtime.home.rglob("*"))
-                return rc, out, err, home
-            finally:
-                await runtime.stop()
-
-        rc, out, err, home = asyncio.run(run())
-        proxy.proxy.store.flush()
-        records = proxy.proxy.store.records(session.id)
+        run = run_harness(proxy, harness, tmp_path, TASK, 3, 90, sandbox=True, model=SERVED_MODEL, prepare=notes)
+        rc, out, err, home, records = run.returncode, run.stdout, run.stderr, run.home, run.records
     assert rc == 0, (out[-2000:], err[-2000:])
     assert [r.status for r in records] == ["ok", "ok", "ok"], [r.error for r in records]
     assert all(r.dialect == "openai_chat" and r.prompt_token_ids and r.completion_token_ids for r in records)

@@ -10,18 +10,17 @@ for that last message. Nothing is fetched (the sandbox reaches only the proxy) a
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 
 from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
-from nemo_polar.harnesses import HARNESSES, Endpoint
-from nemo_polar.harnesses.install import check_install
-from nemo_polar.runtimes.local import LocalRuntime
+from nemo_polar.harnesses import HARNESSES
 from nemo_polar.runtimes.toolchain import TOOLS
 from tests.conftest import make_proxy
 from tests.harness_calls import capture_requested, save_calls
+
+from .conftest import run_harness
 
 pytestmark = [
     pytest.mark.harness,
@@ -32,34 +31,24 @@ pytestmark = [
 ]
 
 # leading dashes, a double space, quotes and a number: read from a file, never parsed as options
+
+
+def notes(work):  # a file for its tools to find
+    (work / "notes.txt").write_text("hello\n")
+
+
 TASK = 'List the files  here: "all" 42 of them -- --help [fault:tool_call]'
 INTERNAL = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"
 
 
 def test_a_tool_loop_is_stopped_by_its_budget_with_one_growing_history(tmp_path):
     harness = HARNESSES.make("openclaw", {"max_tokens": 321})
-    check_install(harness)
     with FakeUpstreamThread() as up, make_proxy(up.url, tmp_path) as proxy:
-        session = proxy.proxy.sessions.open(max_calls=3)
-
-        async def run():
-            runtime = LocalRuntime(tmp_path, sandbox=True, session_id="openclaw", proxy_url=proxy.url)
-            await runtime.start()
-            try:
-                (runtime.work / "notes.txt").write_text("hello\n")
-                endpoint = Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL)
-                launch = harness.launch(TASK, endpoint, runtime.inside(), 3)
-                launch.write_files(runtime.home)
-                rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=90)
-                home = sorted(str(p.relative_to(runtime.home)) for p in runtime.home.rglob("*"))
-                return rc, out, err, home
-            finally:
-                await runtime.stop()
-
-        rc, out, err, home = asyncio.run(run())
-        proxy.proxy.store.flush()
-        records = proxy.proxy.store.records(session.id)
-        spent = proxy.proxy.budget_spent(session.id)
+        run = run_harness(
+            proxy, harness, tmp_path, TASK, 3, 90, sandbox=True, model=SERVED_MODEL, prepare=notes, max_calls=3
+        )
+        rc, out, err, home, records = run.returncode, run.stdout, run.stderr, run.home, run.records
+        spent = proxy.proxy.budget_spent(run.session_id)
     assert rc == 1 and spent.startswith("session budget spent: 3 model calls"), (out[-2000:], err[-2000:])
     result = json.loads(out)  # --json: stdout is its result envelope alone
     assert result["status"] == "error" and "session budget spent" in result["error"]["message"]

@@ -10,15 +10,13 @@ sandbox reaches only the proxy; the plugin install it would start is not attempt
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from nemo_polar.bench.fake_upstream import SERVED_MODEL, FakeUpstreamThread
-from nemo_polar.harnesses import HARNESSES, Endpoint
-from nemo_polar.harnesses.install import check_install
-from nemo_polar.runtimes.local import LocalRuntime
+from nemo_polar.harnesses import HARNESSES
 from tests.conftest import make_proxy
+
+from .conftest import run_harness
 
 pytestmark = pytest.mark.harness
 
@@ -28,28 +26,15 @@ TASK = 'List the files  here: "all" 42 of them -- --help [fault:tool_call]'
 
 def run_opencode(proxy, tmp_path, max_tokens: int, task: str = TASK, files=("[fault:echo]",), timeout=60, **options):
     harness = HARNESSES.make("opencode", {"max_tokens": max_tokens, "context": 16384} | options.pop("settings", {}))
-    check_install(harness)
-    session = proxy.proxy.sessions.open(**options)
 
-    async def run() -> tuple[int, str, str, list[str]]:
-        runtime = LocalRuntime(tmp_path, sandbox=True, session_id="oc", proxy_url=proxy.url)
-        await runtime.start()
-        try:
-            for name in files:
-                (runtime.work / name).write_text("")
-            launch = harness.launch(
-                task, Endpoint(runtime.proxy_url, session.api_key, SERVED_MODEL), runtime.inside(), 5
-            )
-            launch.write_files(runtime.home)
-            rc, out, err = await runtime.exec(launch.argv, launch.env, timeout=timeout)
-            home = sorted(str(p.relative_to(runtime.home)) for p in runtime.home.rglob("*"))
-            return rc, out, err, home
-        finally:
-            await runtime.stop()
+    def prepare(work):
+        for name in files:
+            (work / name).write_text("")
 
-    rc, out, err, home = asyncio.run(run())
-    proxy.proxy.store.flush()
-    return rc, out, err, home, proxy.proxy.store.records(session.id)
+    run = run_harness(
+        proxy, harness, tmp_path, task, 5, timeout, sandbox=True, model=SERVED_MODEL, prepare=prepare, **options
+    )
+    return run.returncode, run.stdout, run.stderr, run.home, run.records
 
 
 def test_a_tool_turn_keeps_one_growing_history_of_the_agents_own_calls(tmp_path):
