@@ -35,7 +35,7 @@ class RunSettings(HarnessSettings):
     max_tokens: int = Field(
         4096,
         gt=0,
-        description="the `max_tokens` it sends on every call (its own default, 32000, fills a small context)",
+        description="the `max_tokens` it sends on every call (opencode's own default, 32000, fills a small context)",
     )
     context: int = Field(32768, gt=0, description="the context window it assumes for the served model")
     body: dict[str, Any] = Field(
