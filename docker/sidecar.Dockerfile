@@ -9,12 +9,13 @@
 #               carries uv and a Python); tests/cluster/test_sidecar_image.py builds on Debian with python3 and uv
 #   UV_OPTIONS  how uv finds packages where no index is reachable, e.g. "--no-index --find-links /wheels"
 #   EXTRAS      nemo_polar's extras: docker (the docker runtime's SDK); add swebench for the swebench evaluator
-#   HARNESSES   the set-up parts that install the harness CLIs (scripts/setup.sh: node, mini, openhands); "" for none
+#   HARNESSES   the set-up parts that install the harness CLIs (scripts/setup.sh: node, mini, openhands, aider, hermes,
+#               openclaw); "" for none
 ARG BASE=nemo-rl:7ea279a
 FROM ${BASE}
 ARG UV_OPTIONS=""
 ARG EXTRAS="docker"
-ARG HARNESSES="node mini openhands"
+ARG HARNESSES="node mini openhands aider hermes openclaw"
 COPY . /opt/nemo_polar
 WORKDIR /opt/nemo_polar
 # editable: the package reads conf/, recipes/ and gym/ beside it
