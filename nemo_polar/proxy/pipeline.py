@@ -128,7 +128,7 @@ class CallPipeline:
                 return Response(status_code=499)
             await self.recorder.record(call, completion)
             answer = whole_answer(dialect, call.request, completion)
-            self.sessions.tally(call.session.id).took(call)
+            self.sessions.took(call)
             return answer
         except BaseException:
             self.sessions.budgets.settle(call, 0)  # cancelled before it was recorded: the call counted

@@ -87,7 +87,7 @@ class Relay:
         if committed is not None:
             await committed  # the last byte goes out once the record is in the store
         await self._send(send, out, False)
-        self.recorder.sessions.tally(call.session.id).took(call)
+        self.recorder.sessions.took(call)
 
     async def _send(self, send: Send, events: list[bytes], more: bool) -> None:
         if self.start is not None:

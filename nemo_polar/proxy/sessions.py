@@ -108,6 +108,12 @@ class Sessions:
             tally = self._tallies[session_id] = Tally()
         return tally
 
+    def took(self, call: Call) -> None:
+        """An answered call's time in the proxy, on its session's tally (none once the session has closed)."""
+        tally = self._tallies.get(call.session.id)
+        if tally is not None:
+            tally.took(call)
+
     def next_seq(self, session_id: str) -> int:
         seq = self._seq.get(session_id)
         if seq is None:
