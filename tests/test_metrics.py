@@ -54,7 +54,8 @@ def test_the_proxys_counters_equal_its_records(fake_upstream, tmp_path):
     assert metrics["polar_proxy_prompt_tokens_total"][0][1] == sum(len(r.prompt_token_ids) for r in records)
     first_token = dict((s.get("le"), v) for s, v in metrics["polar_proxy_time_to_first_token_seconds_bucket"])
     assert first_token["+Inf"] == 1  # the one streamed call
-    assert metrics["polar_proxy_added_latency_seconds_count"][0][1] == 3  # the whole answers, the failed one too
+    # every call the upstream answered: the whole ones, the failed one and the streamed one
+    assert metrics["polar_proxy_added_latency_seconds_count"][0][1] == 4
     assert metrics["polar_proxy_inflight_calls"][0][1] == 0
     assert 0 < metrics["polar_proxy_upstream_busy_fraction"][0][1] <= 1
 
