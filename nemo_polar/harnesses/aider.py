@@ -50,8 +50,7 @@ class Aider(Harness):
         model = f"openai/{endpoint.model}"
         s = self.settings
         argv = [
-            str(inside.tools / "aider" / "bin" / "python3"),  # its own Python 3.11 in the toolchain
-            "-I",  # isolated: the image's PYTHONPATH and user site stay out
+            *inside.python("aider"),  # its own Python 3.11 in the toolchain
             "-m",
             "aider",
             "--model",

@@ -43,8 +43,7 @@ class Hermes(Harness):
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         s = self.settings
         argv = [
-            str(inside.tools / "hermes" / "bin" / "python3"),  # its own Python 3.11 in the toolchain
-            "-I",  # isolated: the image's PYTHONPATH and user site stay out
+            *inside.python("hermes"),  # its own Python 3.11 in the toolchain
             "-m",
             "hermes_cli.main",
             "chat",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..runtimes.toolchain import PYTHON
 from .base import Endpoint, Harness, Inside, Launch
 from .versions import Pin
 
@@ -16,8 +15,7 @@ class MiniSweAgent(Harness):
 
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         argv = [
-            str(inside.tools / PYTHON),
-            "-I",  # isolated: the image's PYTHONPATH and user site stay out
+            *inside.python("python"),  # the toolchain's Python 3.11
             "-m",
             "minisweagent.run.mini",
             "-t",

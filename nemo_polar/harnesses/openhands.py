@@ -4,7 +4,7 @@ ours runs in its own venv (.deps/openhands, made by `scripts/setup.sh openhands`
 
 from __future__ import annotations
 
-from ..runtimes.toolchain import OPENHANDS_PYTHON, SCRIPTS
+from ..runtimes.toolchain import SCRIPTS
 from .base import Endpoint, Harness, Inside, Launch
 from .versions import Pin
 
@@ -19,8 +19,8 @@ class OpenHands(Harness):
 
     def launch(self, task: str, endpoint: Endpoint, inside: Inside, max_steps: int) -> Launch:
         argv = [
-            str(inside.tools / OPENHANDS_PYTHON),
-            "-I",  # isolated: not this folder on sys.path, where openhands.py would shadow the SDK
+            # isolated: not the runner's folder on sys.path, where openhands.py would shadow the SDK
+            *inside.python("openhands"),
             str(inside.scripts / RUNNER.name),
             "--base-url",
             f"{endpoint.base_url}/v1",

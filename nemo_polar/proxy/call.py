@@ -37,6 +37,15 @@ class Call:
     budgeted: bool = False  # it holds a place in its session's budget until it is recorded (`budget.py`)
     held: int | None = None  # and the tokens it may sample
 
+    def ask(self) -> None:
+        """The inference server is asked now."""
+        self.asked = time.monotonic()
+
+    def answered(self) -> None:
+        """Its whole answer, or a stream's last chunk, is in: the server's own time is known."""
+        if self.asked is not None:
+            self.upstream_s = time.monotonic() - self.asked
+
     def proxy_s(self) -> float | None:
         """The proxy's own time on the call so far: since the request arrived, the upstream's time left out."""
         return None if self.upstream_s is None else max(time.monotonic() - self.arrived - self.upstream_s, 0.0)

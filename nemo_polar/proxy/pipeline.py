@@ -115,11 +115,11 @@ class CallPipeline:
             with hold:  # the answer is in, or the call failed (its failure recorded first)
                 try:
                     await self.target(call)
-                    asked = time.monotonic()
+                    call.ask()
                     # the prompt's ids that the session's last answer had are not parsed again
                     read = functools.partial(self.sessions.prompt_ids.parse, call.session.id, self.backend)
                     body = await self.upstream.post_json(chat_url(call), call.upstream_json(), read)
-                    call.upstream_s = time.monotonic() - asked
+                    call.answered()
                     completion = self.backend.parse_response(body)
                 except Exception as exc:  # noqa: BLE001 - recorded and answered in dialect
                     return await self.failed(call, exc)
@@ -208,7 +208,7 @@ class CallPipeline:
         the hold when it closes."""
         try:
             await self.target(call)
-            call.asked = time.monotonic()
+            call.ask()
             response = await self.upstream.open_stream(chat_url(call), call.upstream_json())
         except BaseException as exc:  # refused, failed or cancelled before a relay holds the call
             with hold:  # the call leaves the gate here, its failure recorded first

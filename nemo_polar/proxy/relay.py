@@ -66,8 +66,7 @@ class Relay:
                 if out and call.first_token_at is None:
                     call.first_token_at = time.time()
                 if done:
-                    if call.asked is not None:
-                        call.upstream_s = time.monotonic() - call.asked
+                    call.answered()
                     self.completion = assembler.result()
                     committed = self._finish()
                     out += renderer.finish(self.completion)

@@ -54,6 +54,11 @@ class Inside:
         """A Node.js CLI of the toolchain, started by the toolchain's own node (not the image's)."""
         return [str(self.tools / toolchain.NODE), str(self.tools / "node" / "bin" / cli)]
 
+    def python(self, folder: str) -> list[str]:
+        """The Python of the toolchain's `folder` (a harness's own), isolated: the image's PYTHONPATH, the user
+        site and the working folder stay off its path."""
+        return [str(self.tools / folder / "bin" / "python3"), "-I"]
+
 
 @dataclass(frozen=True)
 class Bind:

@@ -39,7 +39,6 @@ DEPS = Path(os.environ.get("POLAR_DEPS", Path(__file__).resolve().parents[2] / "
 TOOLS = Path(os.environ.get("POLAR_TOOLS") or DEPS / "tools")
 NODE = "node/bin/node"
 PYTHON = "python/bin/python3"  # also runs forward.py inside sandboxes
-OPENHANDS_PYTHON = "openhands/bin/python3"
 # our own scripts that run inside a sandbox (forward.py, openhands_runner.py): mounted beside the tools
 SCRIPTS = Path(__file__).resolve().parent / "inside"
 
