@@ -157,11 +157,11 @@ tool_python() {
 # Aider and Hermes Agent: each in its own Python 3.11 (their dependencies pin other versions than mini-swe-agent's).
 # setup_pip_harness NAME: the pins of harness NAME (its adapter's Pin) in $TOOLS/NAME, stamped as NAME.
 setup_pip_harness() {
-  local name=$1 spec; spec="$("$PY311" "$PINS" pip "$1") $(sha256sum <"$TOOLCHAIN")"
+  local name=$1 reqs spec; reqs=$("$PY311" "$PINS" pip "$name"); spec="$reqs $(sha256sum <"$TOOLCHAIN")"
   if fresh "$name" "$spec" && [[ -x "$TOOLS/$name/bin/python3" ]]; then return; fi
   log "$name and Python 3.11 ($TOOLS/$name)"
-  # shellcheck disable=SC2046
-  tool_python "$name" "$PY311" $("$PY311" "$PINS" pip "$name")
+  # shellcheck disable=SC2086
+  tool_python "$name" "$PY311" $reqs
   stamp "$name" "$spec"
 }
 setup_aider() { setup_pip_harness aider; }
@@ -212,12 +212,12 @@ setup_system() {
 
 # The OpenHands SDK (agent + terminal tool, local workspace, no docker) needs Python >= 3.12.
 setup_openhands() {
-  local spec py; spec="$("$PY311" "$PINS" pip openhands) $(sha256sum <"$TOOLCHAIN")"
+  local reqs spec py; reqs=$("$PY311" "$PINS" pip openhands); spec="$reqs $(sha256sum <"$TOOLCHAIN")"
   if fresh openhands "$spec" && [[ -x "$TOOLS/openhands/bin/python3" ]]; then return; fi
   py=$(pyenv_python 3.12.1 "${POLAR_PYTHON312:-}")
   log "OpenHands SDK and Python 3.12 ($TOOLS/openhands), a few minutes"
-  # shellcheck disable=SC2046
-  tool_python openhands "$py" $("$PY311" "$PINS" pip openhands)
+  # shellcheck disable=SC2086
+  tool_python openhands "$py" $reqs
   stamp openhands "$spec"
 }
 
