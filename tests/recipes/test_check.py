@@ -20,6 +20,7 @@ from ..conftest import NEMO_RL, nemo_rl_served, requires_nemo_rl
 
 BASE = RECIPES_DIR / "grpo_qwen3.5_4b_polar_swe.yaml"
 VARIANT = RECIPES_DIR / "grpo-qwen3.5-4b-2n8g-megatron-polar-codex.yaml"
+ASYNC = RECIPES_DIR / "grpo-qwen3.5-4b-2n8g-megatron-polar-async.yaml"
 HARNESSES = ("codex", "claude_code", "qwen_code", "pi")
 
 
@@ -38,7 +39,7 @@ def test_every_recipe_passes_nemo_rls_own_validation():
     done = _cli()
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["errors"] == [], report["errors"]
-    assert report["recipes"] == len(list(RECIPES_DIR.glob("*.yaml"))) == 5 and report["ok"]
+    assert report["recipes"] == len(list(RECIPES_DIR.glob("*.yaml"))) == 6 and report["ok"]
     assert report["nemo_rl"]["dir"] == str(NEMO_RL.dir)
 
 
@@ -58,6 +59,8 @@ def judged(tmp_path_factory) -> dict:
         "null_turns": [(null_turns, [])],
         "typo_override": [(VARIANT, ["grpo.num_prompts_per_stpe=4"])],
         "no_gym": [(VARIANT, ["env.should_use_nemo_gym=false"])],
+        "async": [(ASYNC, [])],
+        "async_without_is": [(ASYNC, ["loss_fn.use_importance_sampling_correction=false"])],
     }
     flat = [job for group in jobs.values() for job in group]
     answer = nemo_rl_served().call("validate", {"recipes": [{"path": str(p), "overrides": o} for p, o in flat]})
@@ -102,7 +105,31 @@ def test_each_variant_inherits_nemo_rls_swe_recipe_and_sets_its_harness(judged, 
     gen = cfg["policy"]["generation"]
     assert agent["backend"]["sampling"] == {"temperature": gen["temperature"], "top_p": gen["top_p"]}
     assert cfg["policy"]["train_global_batch_size"] == 8 * 16  # force_on_policy_ratio: one step per GRPO step
+    assert cfg["grpo"]["async_grpo"]["enabled"] is False  # synchronous, as in the Polar paper
     assert [] == [e for rule in SEAM for e in rule(cfg)]
+
+
+@requires_nemo_rl
+def test_the_async_variant_passes_async_grpo_trains_own_checks(judged):
+    """NeMo-RL's `async_grpo_train` runs its config assertions on the async recipe (worker.py `_async_preflight`) and
+    refuses it without importance-sampling correction."""
+    one = judged["async"][0]
+    assert one["errors"] == []
+    cfg = one["config"]
+    async_grpo = cfg["grpo"]["async_grpo"]
+    assert async_grpo["enabled"] is True and async_grpo["in_flight_weight_updates"] is True
+    assert async_grpo["max_trajectory_age_steps"] == 2
+    assert cfg["loss_fn"]["use_importance_sampling_correction"] is True
+    generation = cfg["policy"]["generation"]
+    assert generation["vllm_cfg"]["async_engine"] is True and generation["colocated"]["enabled"] is False
+    assert (
+        generation["colocated"]["resources"] == {"gpus_per_node": 8, "num_nodes": 1}
+        and cfg["cluster"]["num_nodes"] == 2
+    )
+    assert cfg["env"]["nemo_gym"]["polar_agent"]["responses_api_agents"]["polar_agent"]["harness"]["name"] == "codex"
+    assert [] == [e for rule in SEAM for e in rule(cfg)]
+    refused = judged["async_without_is"][0]["errors"]
+    assert [e for e in refused if e["key"] == "<async_grpo_train>" and "Importance sampling" in e["message"]], refused
 
 
 @requires_nemo_rl

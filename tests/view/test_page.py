@@ -106,7 +106,9 @@ def test_a_trained_tokens_colour_differs_from_a_context_tokens(up_run, view, ope
     assert trained.evaluate(colour) != context.evaluate(colour)
     assert page.locator("#tokens .tok.k-t").count() >= 1
 
-    trained.hover()
+    # the tip follows mouseover (trace.js); a token that decodes to nothing (a byte of a longer character) is an
+    # empty span a real pointer cannot rest on, so the event is dispatched on the first trained token itself
+    trained.dispatch_event("mouseover")
     tip = page.inner_text("#tip")
     store = SqliteStore(run / "records.sqlite")
     first = min(store.records(r["result"]["proxy_session_id"]), key=lambda c: c.seq)
