@@ -8,21 +8,9 @@ The second call's prompt does not extend the first's, so the trace builder start
 alone (NeMo-RL's Gym path at the commit we target), the reward is credited to the draft, which does not earn it.
 """
 
-import json
 import os
-import urllib.request
 
-
-def ask(messages: list[dict]) -> str:
-    body = {"model": os.environ["POLAR_MODEL"], "messages": messages, "max_tokens": 32}
-    request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        json.dumps(body).encode(),
-        {"content-type": "application/json", "authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
-    )
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)["choices"][0]["message"]["content"] or ""
-
+from chat import ask
 
 task = os.environ["POLAR_TASK"]
 draft = ask([{"role": "user", "content": task}])

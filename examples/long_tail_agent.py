@@ -10,16 +10,16 @@ one call; about one in `tail`^1.2 makes `tail`. Its last answer goes to answer.t
 evaluator's file): the reward is learned from the last call, the earlier ones train with it.
 
 Faults, for tests: `--crash P` exits 1 after its first call with probability P; `--hang P` then sleeps far past
-any agent timeout with probability P. Standard library only, like `one_call_agent.py`.
+any agent timeout with probability P. Standard library only (its calls: `chat.py`).
 """
 
 import argparse
-import json
 import os
 import random
 import sys
 import time
-import urllib.request
+
+from chat import ask
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--tail", type=float, default=8.0, help="the longest session's calls: the tail's cap")
@@ -30,18 +30,6 @@ args = parser.parse_args()
 
 rng = random.Random()  # each session its own draw
 calls = int(min(args.tail, rng.paretovariate(1.2)))  # >= 1
-
-
-def ask(messages: list[dict]) -> str:
-    body = {"model": os.environ["POLAR_MODEL"], "messages": messages, "max_tokens": 32}
-    request = urllib.request.Request(
-        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
-        json.dumps(body).encode(),
-        {"content-type": "application/json", "authorization": "Bearer " + os.environ["OPENAI_API_KEY"]},
-    )
-    with urllib.request.urlopen(request) as response:
-        return json.load(response)["choices"][0]["message"]["content"] or ""
-
 
 messages = [{"role": "user", "content": os.environ["POLAR_TASK"]}]
 for turn in range(calls):
