@@ -388,15 +388,18 @@ disk_check() {
 }
 disk_check
 
-# The parts that install with apt (one dpkg lock) or that others build on run first, in order; the rest
-# (downloads and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
-SERIAL=(project system docker slurm)
+# The parts that install with apt (one dpkg lock) run in order, beside everything else from the start (mostly
+# downloads: little CPU); the project environment, which the model is built with, comes first; the rest (downloads
+# and unpacking, most of the time) run side by side, the longest first, each logging to $DEPS/logs/.
+APT=(system docker slurm)
+SERIAL=(project)
 PARALLEL=(model openhands vllm nemo_rl_vllm nemo_rl_gym gym nemo_rl node mini aider hermes openclaw rootfs harbor)
 JOBS=${POLAR_SETUP_JOBS:-4}
 
 run_part() {
   case $1 in
     node) setup_node_tools ;;
+    apt) apt_parts ;;
     *) "setup_$1" ;;
   esac
 }
@@ -409,7 +412,8 @@ start_part() {
   while [[ $(jobs -rp | wc -l) -ge $JOBS ]]; do wait -n || true; done
   rm -f "$DEPS/logs/$1.done"
   # errexit holds in the subshell: a failing part ends it before the mark
-  ( run_part "$1" >"$DEPS/logs/$1.log" 2>&1; dedupe; touch "$DEPS/logs/$1.done" ) &
+  ( run_part "$1" >"$DEPS/logs/$1.log" 2>&1; [[ $1 == apt ]] || dedupe; touch "$DEPS/logs/$1.done" ) &
+  [[ $1 != apt ]] || APT_PID=$!
   STARTED+=("$1")
 }
 
@@ -419,10 +423,10 @@ RUN=(project system model vllm)
 
 parts=("$@")
 EVERYTHING=
-if [[ ${#parts[@]} -eq 0 ]]; then parts=("${SERIAL[@]}" "${PARALLEL[@]}"); EVERYTHING=1; fi
+if [[ ${#parts[@]} -eq 0 ]]; then parts=("${APT[@]}" "${SERIAL[@]}" "${PARALLEL[@]}"); EVERYTHING=1; fi
 if [[ ${parts[*]} == run ]]; then parts=("${RUN[@]}"); fi
 for part in "${parts[@]}"; do
-  [[ " ${SERIAL[*]} ${PARALLEL[*]} " == *" $part "* ]] || { log "unknown part: $part (or run)"; exit 2; }
+  [[ " ${APT[*]} ${SERIAL[*]} ${PARALLEL[*]} " == *" $part "* ]] || { log "unknown part: $part (or run)"; exit 2; }
 done
 
 # preflight: every problem with this machine for the parts asked, said before anything is installed.
@@ -475,11 +479,15 @@ preflight() {
   exit 2
 }
 preflight
+mkdir -p "$DEPS/logs"
+apt_parts() { local part; for part in "${APT[@]}"; do if asked "$part"; then run_part "$part"; fi; done; }
+start_part apt
 for part in "${SERIAL[@]}"; do
   if asked "$part"; then run_part "$part"; fi
 done
-mkdir -p "$DEPS/logs"
 for part in "${PARALLEL[@]}"; do
+  # the root filesystems are built with mmdebstrap, which the apt parts install
+  if [[ $part == rootfs ]]; then while jobs -rp | grep -x "$APT_PID" >/dev/null; do sleep 1; done; fi
   if asked "$part"; then start_part "$part"; fi
 done
 wait
