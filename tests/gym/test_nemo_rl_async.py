@@ -14,7 +14,7 @@ from nemo_polar.learn import LearnConfig, learn
 from ..conftest import requires_nemo_rl
 
 pytestmark = [pytest.mark.vllm, requires_nemo_rl]
-STEPS, PROMPTS, SAMPLES, MAX_AGE = 3, 2, 4, 1
+STEPS, PROMPTS, SAMPLES, MAX_AGE = 2, 2, 4, 1
 
 
 def test_nemo_rls_async_collector_feeds_every_step_within_the_age_bound(tmp_path):

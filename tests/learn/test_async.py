@@ -16,13 +16,13 @@ from nemo_polar.config import load
 from nemo_polar.learn import LearnConfig, learn
 
 pytestmark = pytest.mark.vllm
-STEPS, PROMPTS, SAMPLES, MAX_AGE = 6, 3, 4, 2
+STEPS, PROMPTS, SAMPLES, MAX_AGE = 4, 3, 4, 2
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> dict:
-    # 1.5 s of tool between calls: a session of several calls outlives a step, and spans an update
-    agent = "python3 long_tail_agent.py --tail 8 --tool-s 1.5 --crash 0.15 --hang 0.1"
+    # 1 s of tool between calls: a session of several calls outlives a step, and spans an update
+    agent = "python3 long_tail_agent.py --tail 6 --tool-s 1 --crash 0.15 --hang 0.1"
     overrides = [
         f"run_dir={tmp_path_factory.mktemp('learn-async')}",
         "mode=async",
@@ -31,7 +31,7 @@ def run(tmp_path_factory) -> dict:
         f"samples={SAMPLES}",
         f"max_age={MAX_AGE}",
         "solved_after=null",
-        "agent_timeout_s=15",
+        "agent_timeout_s=12",
         f"harness.command={agent}",
         f"capacity.run={PROMPTS * SAMPLES * (MAX_AGE + 1)}",
         f"capacity.ready={PROMPTS * SAMPLES * (MAX_AGE + 1)}",
