@@ -207,7 +207,7 @@ setup_system() {
   [[ -n ${missing// } ]] || return 0
   log "$missing(apt)"
   # shellcheck disable=SC2086
-  apt-get update -qq && apt-get install -y -qq $missing >/dev/null
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 }
 
 # The OpenHands SDK (agent + terminal tool, local workspace, no docker) needs Python >= 3.12.
