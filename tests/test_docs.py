@@ -180,9 +180,9 @@ def conf_options(group: str) -> set[str]:
 
 
 def setup_parts() -> set[str]:
-    """The parts `scripts/setup.sh` knows: those it runs in order and those it runs side by side."""
+    """The parts `scripts/setup.sh` knows: its apt parts, those it runs first and those it runs side by side."""
     text = SETUP.read_text()
-    lists = (re.search(rf"^{group}=\((.*)\)", text, re.M)[1] for group in ("SERIAL", "PARALLEL"))
+    lists = (re.search(rf"^{group}=\((.*)\)", text, re.M)[1] for group in ("APT", "SERIAL", "PARALLEL"))
     return {part for found in lists for part in found.split()}
 
 
