@@ -116,8 +116,8 @@ class Policy:
         try:
             for version, records in by_version.items():
                 self.model.load_state_dict(self._versions[version])
-                # a forward for 16 calls at once, padded at the end (which changes nothing before it): each op of
-                # a forward waits for the GIL the rollout threads (async) share with it
+                # a forward for 16 calls at once, padded at the end (which changes nothing before it): fewer
+                # forwards than one a call, and memory bounded by 16 rows' logits however many calls a step has
                 for k in range(0, len(records), 16):
                     chunk = records[k : k + 16]
                     sequences = [r.prompt_token_ids + r.completion_token_ids for r in chunk]
