@@ -11,7 +11,7 @@ run: setup-run
 	.venv/bin/polar learn
 
 test: setup
-	.venv/bin/python -m pytest -q
+	.venv/bin/python -m pytest -q -n 2
 
 bench: setup-run
 	.venv/bin/polar bench proxy --json

@@ -37,6 +37,37 @@ def nemo_rl_served():
     return _served[0]
 
 
+# `make test` runs the suite on two workers (pytest-xdist). A module's tests share a worker, so its module fixtures (a
+# learn run, say) are made once. The Slurm clusters' modules share one worker, since their ports and bridges are the
+# machine's; the learn runs join them, since two at once on two cores starve a node's heartbeats and sessions' timeouts.
+# The longest start first: that worker's share and the red team, then the modules that start a vLLM.
+ONE_WORKER = (
+    "tests/cluster/",
+    "tests/learn/",
+    "tests/gym/test_nemo_rl_async.py",
+    "tests/integration/test_nemo_rl_server.py",
+)
+LONGEST = (*ONE_WORKER, "tests/redteam/")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "one worker" if path.startswith(ONE_WORKER) else path
+
+    config.option.loadscopereorder = False  # in the order of the collection, as sorted below
+    return ByModule(config, log)
+
+
+def pytest_collection_modifyitems(config, items: list[pytest.Item]) -> None:
+    """The longest first, as `ByModule` hands out its scopes in this order."""
+    vllm = {item.path for item in items if item.get_closest_marker("vllm")}
+    items.sort(key=lambda item: (not item.nodeid.startswith(LONGEST), item.path not in vllm))  # stable
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     while _served:
         _served.pop().__exit__(None, None, None)

@@ -1,6 +1,6 @@
 """Which gateway node gets the next session: pure functions over node rows, easy to test.
 
-A node is healthy while its heartbeats arrive (within 5 intervals), it is not draining and its proxy
+A node is healthy while its heartbeats arrive (within 10 intervals), it is not draining and its proxy
 records calls. Among
 healthy nodes with free admission, the one with the least run pressure wins, then post-run, then
 init pressure: RUN slots are the scarce, GPU-bound stage, so a session goes where the agent will
@@ -20,7 +20,9 @@ from collections.abc import Iterable, Mapping
 from ...states import SessionState
 from .store import NodeRow, SessionRow
 
-STALE_FACTOR = 5.0  # missed heartbeats before a node is lost: a busy node must not lose its sessions
+# missed heartbeats before a node is lost: a busy node must not lose its sessions. Five was too few: a node proxying 48
+# sessions' calls on a loaded 2-core machine went 10 s between beats, and its running sessions were failed
+STALE_FACTOR = 10.0
 NODE_LOST = "node lost"
 _UNSTARTED = (SessionState.REGISTERED, SessionState.INITIALIZING, SessionState.READY)
 

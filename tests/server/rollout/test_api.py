@@ -256,7 +256,7 @@ def test_a_dispatch_whose_answer_was_lost_leaves_a_session_its_node_reported_sin
 
 def test_lost_node_requeues_unstarted_and_fails_running(manual):
     srv, client = manual
-    client.post("/nodes", json=NODE | {"heartbeat_s": 0.4})  # stale 1 s after its last heartbeat
+    client.post("/nodes", json=NODE | {"heartbeat_s": 0.2})  # stale 2 s after its last heartbeat
     ids = submit(client, task_id="t", num_samples=2)["session_ids"]
     for _ in ids:
         srv.service.next_dispatch()
