@@ -39,8 +39,8 @@ def nemo_rl_served():
 
 # `make test` runs the suite on two workers (pytest-xdist). A module's tests share a worker, so its module fixtures (a
 # learn run, say) are made once. The Slurm clusters' modules share one worker, since their ports and bridges are the
-# machine's; the learn runs join them, since two at once on two cores starve a node's heartbeats and sessions' timeouts.
-# The longest start first: that worker's share and the red team, then the modules that start a vLLM.
+# machine's; the learn runs join them, since two at once on two cores starve a node's heartbeats and the sessions'
+# timeouts. The longest start first: that worker's share and the red team, then the modules that start a vLLM.
 ONE_WORKER = (
     "tests/cluster/",
     "tests/learn/",
