@@ -225,7 +225,10 @@ def test_hermes(tmp_path):
     assert KEY not in argv
     config = json.loads((tmp_path / "home/.hermes/config.yaml").read_text())  # JSON is YAML
     assert {k: config["model"][k] for k in ("provider", "default", "base_url", "api_key")} == {
-        "provider": "custom", "default": MODEL, "base_url": f"{URL}/v1", "api_key": KEY
+        "provider": "custom",
+        "default": MODEL,
+        "base_url": f"{URL}/v1",
+        "api_key": KEY,
     }
     assert config["model"]["context_length"] >= 65536  # it refuses a model it takes for less
     assert all(aux["model"] == MODEL and aux["base_url"] == f"{URL}/v1" for aux in config["auxiliary"].values())
